@@ -1,0 +1,242 @@
+/*
+ * flashc — exact attention (FlashAttention forward and backward) in C.
+ *
+ * One public header. Every name is prefixed `flashc_` / `FLASHC_`.
+ *
+ * Conventions (they follow flash_attn 2.x):
+ *   batched:  q (b, sq, h, d)   k (b, sk, hk, d)   v (b, sk, hk, dv)
+ *             out (b, sq, h, dv)   lse (b, h, sq)
+ *   varlen:   q (total_q, h, d)   k (total_k, hk, d)   v (total_k, hk, dv)
+ *             out (total_q, h, dv)   lse (h, total_q)
+ *             cu_seqlens_q / cu_seqlens_k: int32 (b + 1), non-decreasing
+ *   s_dmask:  (b, h, round128(sq), round128(sk)) in the input dtype
+ *             (varlen: round128(max_seqlen_q), round128(max_seqlen_k))
+ *
+ * Tensors are descriptors over caller-owned memory: shape and strides in
+ * elements, so views (three slices of a packed qkv) need no copies. Only the
+ * head dimension (the last one) of q, k, v, out, dout, dq, dk, dv must be
+ * contiguous. The library never allocates on the hot path: the backward
+ * workspace is provided by the caller, sized by
+ * flashc_attention_backward_workspace_size().
+ *
+ * Every entry point returns a flashc_status. On error nothing is written and
+ * flashc_last_error_message() (thread-local) names the offending argument.
+ * The library keeps no global mutable state and never exits or aborts.
+ */
+#ifndef FLASHC_H
+#define FLASHC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  define FLASHC_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#  define FLASHC_API __attribute__((visibility("default")))
+#else
+#  define FLASHC_API
+#endif
+
+#define FLASHC_VERSION_MAJOR 0
+#define FLASHC_VERSION_MINOR 1
+#define FLASHC_VERSION_PATCH 0
+
+/* Largest head dimension (q/k and v) accepted. */
+#define FLASHC_MAX_HEAD_DIM 256
+/* Largest tensor rank a descriptor holds. */
+#define FLASHC_MAX_RANK 4
+/* S_dmask rows and columns are rounded up to a multiple of this. */
+#define FLASHC_SDMASK_ROUND 128
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum flashc_status {
+    FLASHC_SUCCESS = 0,
+    FLASHC_ERROR_NULL_POINTER,      /* a required pointer is NULL */
+    FLASHC_ERROR_DTYPE,             /* unsupported or mismatched dtype */
+    FLASHC_ERROR_DEVICE,            /* tensors on different devices */
+    FLASHC_ERROR_RANK,              /* wrong tensor rank */
+    FLASHC_ERROR_SHAPE,             /* shape mismatch or out-of-range extent */
+    FLASHC_ERROR_STRIDE,            /* non-contiguous head dim, negative or
+                                       overlapping output strides */
+    FLASHC_ERROR_HEAD_DIM,          /* head dim outside [1, 256] */
+    FLASHC_ERROR_HEAD_GROUPS,       /* nheads % nheads_k != 0 */
+    FLASHC_ERROR_CU_SEQLENS,        /* bad cu_seqlens / seqused_k / max_seqlen */
+    FLASHC_ERROR_DROPOUT,           /* dropout_p outside [0, 1) */
+    FLASHC_ERROR_WINDOW,            /* window size below -1 */
+    FLASHC_ERROR_SOFTCAP,           /* softcap negative or not finite */
+    FLASHC_ERROR_SCALE,             /* softmax_scale NaN or infinite */
+    FLASHC_ERROR_WORKSPACE,         /* workspace missing or too small */
+    FLASHC_ERROR_ARGUMENT,          /* any other invalid argument value */
+    FLASHC_ERROR_UNSUPPORTED,       /* valid, but not available in this build
+                                       or on this device */
+    FLASHC_ERROR_BACKEND            /* the device runtime reported a failure */
+} flashc_status;
+
+/* A static string for a status ("FLASHC_ERROR_SHAPE: shape mismatch"). */
+FLASHC_API const char *flashc_status_string(flashc_status status);
+
+/* The message of the last failed call on this thread (naming the argument),
+ * or "" when the last call succeeded. Valid until the next call on this
+ * thread. */
+FLASHC_API const char *flashc_last_error_message(void);
+
+/* "MAJOR.MINOR.PATCH". */
+FLASHC_API const char *flashc_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum flashc_dtype {
+    FLASHC_DTYPE_FLOAT32 = 0,
+    FLASHC_DTYPE_FLOAT16,
+    FLASHC_DTYPE_BFLOAT16,
+    FLASHC_DTYPE_FLOAT64,  /* CPU only: exact gradient checks */
+    FLASHC_DTYPE_INT32     /* cu_seqlens, seqused_k */
+} flashc_dtype;
+
+typedef enum flashc_device_type {
+    FLASHC_DEVICE_CPU = 0,
+    FLASHC_DEVICE_CUDA
+} flashc_device_type;
+
+typedef struct flashc_device {
+    flashc_device_type type;
+    int index;             /* CUDA ordinal; 0 for the CPU */
+} flashc_device;
+
+typedef struct flashc_tensor {
+    void *data;
+    flashc_dtype dtype;
+    flashc_device device;
+    int rank;                          /* 1..FLASHC_MAX_RANK */
+    int64_t shape[FLASHC_MAX_RANK];
+    int64_t stride[FLASHC_MAX_RANK];   /* in elements, >= 0 */
+} flashc_tensor;
+
+/* Size in bytes of one element of `dtype` (0 for an unknown dtype). */
+FLASHC_API size_t flashc_dtype_size(flashc_dtype dtype);
+
+/* Fill a descriptor of a contiguous (row-major) tensor. Returns the
+ * descriptor; rank must be 1..FLASHC_MAX_RANK (otherwise rank is set to 0,
+ * which every entry point rejects). */
+FLASHC_API flashc_tensor flashc_tensor_contiguous(void *data, flashc_dtype dtype,
+                                                  flashc_device device, int rank,
+                                                  const int64_t *shape);
+
+/* ------------------------------------------------------------------------ */
+/* Attention options shared by forward and backward                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct flashc_attention_options {
+    /* Scale applied to q·k. 0 selects 1/sqrt(d), d the q/k head dim.
+     * Must be finite. */
+    double softmax_scale;
+    /* Causal mask aligned to the bottom-right corner (same as window (-1, 0)
+     * combined with window_left). */
+    int causal;
+    /* Sliding window (left, right); -1 is unbounded on that side. */
+    int64_t window_left;
+    int64_t window_right;
+    /* softcap > 0: s = softcap * tanh(s / softcap); 0 disables. */
+    double softcap;
+    /* Optional ALiBi slopes, float32, shape (h) or (b, h); NULL disables. */
+    const flashc_tensor *alibi_slopes;
+    /* Dropout probability in [0, 1); the keep mask is a pure function of
+     * (seed, offset, batch, head, row, col). */
+    double dropout_p;
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
+    /* Backward: a fixed accumulation order (bit-identical results run to
+     * run). The CPU backend is always deterministic. */
+    int deterministic;
+    /* CPU: OpenMP thread count, 0 = the OpenMP default. */
+    int num_threads;
+    /* CUDA: the stream (cudaStream_t) to launch on; NULL = default stream. */
+    void *stream;
+} flashc_attention_options;
+
+/* Defaults: scale 1/sqrt(d), no mask, window (-1, -1), no softcap, no ALiBi,
+ * no dropout, non-deterministic, default threads, default stream. */
+FLASHC_API flashc_attention_options flashc_attention_options_default(void);
+
+/* Variable-length (packed) batches. All pointers NULL selects batched mode. */
+typedef struct flashc_varlen {
+    const flashc_tensor *cu_seqlens_q;  /* int32 (b + 1) */
+    const flashc_tensor *cu_seqlens_k;  /* int32 (b + 1) */
+    const flashc_tensor *seqused_k;     /* optional int32 (b): keys used */
+    int64_t max_seqlen_q;               /* >= every query length */
+    int64_t max_seqlen_k;               /* >= every key length */
+} flashc_varlen;
+
+/* ------------------------------------------------------------------------ */
+/* Forward                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct flashc_forward_args {
+    const flashc_tensor *q;
+    const flashc_tensor *k;
+    const flashc_tensor *v;
+    flashc_tensor *out;
+    /* Optional: log-sum-exp of the (pre-dropout) scores, natural log.
+     * float32 (float64 when the inputs are float64). +inf for a row that
+     * sees no key. */
+    flashc_tensor *lse;
+    /* Optional: S_dmask (see the top of this file). exp(s - rowmax) where
+     * visible, 0 where hidden or padding, negated where dropout dropped. */
+    flashc_tensor *s_dmask;
+    flashc_varlen varlen;
+    flashc_attention_options options;
+} flashc_forward_args;
+
+FLASHC_API flashc_status flashc_attention_forward(const flashc_forward_args *args);
+
+/* ------------------------------------------------------------------------ */
+/* Backward                                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct flashc_backward_args {
+    const flashc_tensor *dout;   /* like out */
+    const flashc_tensor *q;
+    const flashc_tensor *k;
+    const flashc_tensor *v;
+    const flashc_tensor *out;
+    const flashc_tensor *lse;    /* as written by the forward */
+    const flashc_tensor *dlse;   /* optional: gradient w.r.t. lse, like lse */
+    flashc_tensor *dq;           /* like q */
+    flashc_tensor *dk;           /* like k (summed over each query-head group) */
+    flashc_tensor *dv;           /* like v */
+    void *workspace;             /* on the tensors' device */
+    size_t workspace_bytes;
+    flashc_varlen varlen;
+    flashc_attention_options options;   /* the forward's options */
+} flashc_backward_args;
+
+/* Bytes of workspace the backward needs for these arguments (the workspace
+ * fields themselves are ignored). The arguments are validated as for
+ * flashc_attention_backward(). */
+FLASHC_API flashc_status flashc_attention_backward_workspace_size(
+    const flashc_backward_args *args, size_t *bytes);
+
+FLASHC_API flashc_status flashc_attention_backward(const flashc_backward_args *args);
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Non-zero when this library was built with the CUDA backend and a CUDA
+ * device is present. */
+FLASHC_API int flashc_cuda_available(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHC_H */

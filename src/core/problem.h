@@ -1,0 +1,106 @@
+/* A validated attention problem: what the backends receive. Built from the
+ * public argument structs by src/core/validate.c after every check passed,
+ * so a backend reads it without re-checking anything. */
+#ifndef FLASHC_CORE_PROBLEM_H
+#define FLASHC_CORE_PROBLEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashc.h"
+
+/* q, k, v, out, dout, dq, dk, dv: element (batch b, row r, head h, dim x)
+ * lives at data + b*batch_stride + r*row_stride + h*head_stride + x.
+ * In varlen mode batch_stride is 0 and r is the global (packed) row. */
+typedef struct flashc_seq_tensor {
+    void *data;
+    flashc_dtype dtype;
+    int64_t batch_stride, row_stride, head_stride;
+} flashc_seq_tensor;
+
+/* lse, dlse: element (b, h, r) at data + b*batch_stride + h*head_stride +
+ * r*row_stride; varlen: batch_stride 0, r global. data NULL when absent. */
+typedef struct flashc_row_tensor {
+    void *data;
+    flashc_dtype dtype;
+    int64_t batch_stride, head_stride, row_stride;
+} flashc_row_tensor;
+
+/* s_dmask: element (b, h, r, c), r and c local to the sequence, over the
+ * rounded extent rows x cols (padding is written as 0). */
+typedef struct flashc_score_tensor {
+    void *data;
+    flashc_dtype dtype;
+    int64_t batch_stride, head_stride, row_stride, col_stride;
+    int64_t rows, cols;
+} flashc_score_tensor;
+
+typedef struct flashc_problem {
+    int is_varlen;
+    int is_cuda;               /* all tensors on one CUDA device */
+    int device_index;
+    int64_t batch, nheads, nheads_k, head_dim, head_dim_v;
+    /* Batched: the lengths. Varlen: max_seqlen_q / max_seqlen_k. */
+    int64_t seqlen_q, seqlen_k;
+    /* Rows of the packed q / k tensors (batched: batch * seqlen). */
+    int64_t total_q, total_k;
+    /* Varlen only (NULL otherwise); on the tensors' device. */
+    const int32_t *cu_seqlens_q, *cu_seqlens_k, *seqused_k;
+
+    flashc_dtype dtype;        /* of q, k, v, out (and dout, dq, dk, dv) */
+    flashc_seq_tensor q, k, v, out;
+    flashc_row_tensor lse;     /* optional in the forward */
+    flashc_score_tensor s_dmask; /* optional, forward only */
+
+    /* Backward only. */
+    flashc_seq_tensor dout, dq, dk, dv;
+    flashc_row_tensor dlse;    /* optional */
+    void *workspace;
+    size_t workspace_bytes;
+
+    /* Options, resolved. */
+    double scale;              /* never 0 here: the default is applied */
+    double softcap;            /* 0 = off */
+    int64_t window_left, window_right; /* causal folded in, -1 = unbounded */
+    int causal;                /* as given; already folded into the window */
+    const float *alibi_slopes; /* NULL = off */
+    int64_t alibi_batch_stride, alibi_head_stride;
+    double dropout_p;
+    uint32_t dropout_threshold;
+    uint64_t dropout_seed, dropout_offset;
+    int deterministic;
+    int num_threads;
+    void *stream;
+} flashc_problem;
+
+/* Where sequence b lives: its first row in the packed q / k row dimension
+ * (0 in batched mode, where batch_stride does the work) and its lengths
+ * (seqused_k applied). Host pointers only: the CPU backend's helper. */
+typedef struct flashc_seq_info {
+    int64_t q_start, k_start;
+    int64_t sq, sk;
+} flashc_seq_info;
+
+static inline flashc_seq_info flashc_problem_seq(const flashc_problem *p, int64_t b) {
+    flashc_seq_info s;
+    if (!p->is_varlen) {
+        s.q_start = 0;
+        s.k_start = 0;
+        s.sq = p->seqlen_q;
+        s.sk = p->seqlen_k;
+        return s;
+    }
+    s.q_start = p->cu_seqlens_q[b];
+    s.k_start = p->cu_seqlens_k[b];
+    s.sq = p->cu_seqlens_q[b + 1] - p->cu_seqlens_q[b];
+    s.sk = p->seqused_k ? p->seqused_k[b] : p->cu_seqlens_k[b + 1] - p->cu_seqlens_k[b];
+    return s;
+}
+
+/* ALiBi slope of (b, h), 0 when ALiBi is off. */
+static inline float flashc_problem_alibi_slope(const flashc_problem *p, int64_t b, int64_t h) {
+    if (!p->alibi_slopes) return 0.0f;
+    return p->alibi_slopes[b * p->alibi_batch_stride + h * p->alibi_head_stride];
+}
+
+#endif
