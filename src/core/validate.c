@@ -1,0 +1,504 @@
+#include "validate.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "error.h"
+#include "semantics.h"
+#include "tensor_checks.h"
+
+#define CHECK(expr)                                \
+    do {                                           \
+        flashc_status check_status_ = (expr);      \
+        if (check_status_ != FLASHC_SUCCESS) return check_status_; \
+    } while (0)
+
+/* A tensor argument and the name it has in flashc.h. */
+typedef struct named_tensor {
+    const flashc_tensor *t;
+    const char *name;
+} named_tensor;
+
+/* ---- views --------------------------------------------------------------- */
+
+static flashc_seq_tensor seq_view(const flashc_tensor *t, int varlen) {
+    flashc_seq_tensor v;
+    v.data = t->data;
+    v.dtype = t->dtype;
+    if (varlen) {
+        v.batch_stride = 0;
+        v.row_stride = t->stride[0];
+        v.head_stride = t->stride[1];
+    } else {
+        v.batch_stride = t->stride[0];
+        v.row_stride = t->stride[1];
+        v.head_stride = t->stride[2];
+    }
+    return v;
+}
+
+static flashc_row_tensor row_view(const flashc_tensor *t, int varlen) {
+    flashc_row_tensor v;
+    memset(&v, 0, sizeof v);
+    if (!t) return v;
+    v.data = t->data;
+    v.dtype = t->dtype;
+    if (varlen) {
+        v.batch_stride = 0;
+        v.head_stride = t->stride[0];
+        v.row_stride = t->stride[1];
+    } else {
+        v.batch_stride = t->stride[0];
+        v.head_stride = t->stride[1];
+        v.row_stride = t->stride[2];
+    }
+    return v;
+}
+
+/* ---- devices and memory ------------------------------------------------- */
+
+/* All tensors on one device; CUDA only when the CUDA backend is built. */
+static flashc_status check_devices(const named_tensor *ts, int n, flashc_problem *p) {
+    const named_tensor *first = NULL;
+    for (int i = 0; i < n; ++i) {
+        if (!ts[i].t) continue;
+        if (!first) {
+            first = &ts[i];
+            continue;
+        }
+        if (ts[i].t->device.type != first->t->device.type ||
+            ts[i].t->device.index != first->t->device.index)
+            return flashc_fail(FLASHC_ERROR_DEVICE,
+                               "%s is on %s:%d but %s is on %s:%d: all tensors must be on one "
+                               "device",
+                               ts[i].name,
+                               ts[i].t->device.type == FLASHC_DEVICE_CUDA ? "cuda" : "cpu",
+                               ts[i].t->device.index, first->name,
+                               first->t->device.type == FLASHC_DEVICE_CUDA ? "cuda" : "cpu",
+                               first->t->device.index);
+    }
+    p->is_cuda = first->t->device.type == FLASHC_DEVICE_CUDA;
+    p->device_index = first->t->device.index;
+#ifndef FLASHC_HAVE_CUDA
+    if (p->is_cuda)
+        return flashc_fail(FLASHC_ERROR_UNSUPPORTED,
+                           "%s: is a CUDA tensor, but this library was built without the CUDA "
+                           "backend",
+                           first->name);
+#endif
+    if (!p->is_cuda && p->device_index != 0)
+        return flashc_fail(FLASHC_ERROR_DEVICE, "%s: CPU tensors have device index 0, got %d",
+                           first->name, p->device_index);
+    return FLASHC_SUCCESS;
+}
+
+/* An output must not share memory with any input (the kernels read inputs
+ * while writing outputs) nor with another output of a different buffer. */
+static flashc_status check_disjoint(const named_tensor *outputs, int n_out,
+                                    const named_tensor *others, int n_other) {
+    for (int i = 0; i < n_out; ++i) {
+        if (!outputs[i].t) continue;
+        flashc_span a = flashc_tensor_span(outputs[i].t);
+        if (a.begin == a.end) continue;
+        for (int j = 0; j < n_other; ++j) {
+            if (!others[j].t || others[j].t == outputs[i].t) continue;
+            flashc_span b = flashc_tensor_span(others[j].t);
+            if (b.begin == b.end) continue;
+            if (a.begin < b.end && b.begin < a.end)
+                return flashc_fail(FLASHC_ERROR_ARGUMENT, "%s: overlaps the memory of %s",
+                                   outputs[i].name, others[j].name);
+        }
+    }
+    return FLASHC_SUCCESS;
+}
+
+/* ---- options -------------------------------------------------------------- */
+
+static flashc_status check_options(const flashc_attention_options *o) {
+    if (!isfinite(o->softmax_scale))
+        return flashc_fail(FLASHC_ERROR_SCALE, "softmax_scale: must be finite, got %g",
+                           o->softmax_scale);
+    if (!isfinite(o->softcap) || o->softcap < 0.0)
+        return flashc_fail(FLASHC_ERROR_SOFTCAP,
+                           "softcap: must be finite and >= 0 (0 disables), got %g", o->softcap);
+    if (o->window_left < -1)
+        return flashc_fail(FLASHC_ERROR_WINDOW, "window_left: must be >= -1, got %lld",
+                           (long long)o->window_left);
+    if (o->window_right < -1)
+        return flashc_fail(FLASHC_ERROR_WINDOW, "window_right: must be >= -1, got %lld",
+                           (long long)o->window_right);
+    if (!(o->dropout_p >= 0.0 && o->dropout_p < 1.0))
+        return flashc_fail(FLASHC_ERROR_DROPOUT, "dropout_p: must be in [0, 1), got %g",
+                           o->dropout_p);
+    if (o->num_threads < 0)
+        return flashc_fail(FLASHC_ERROR_ARGUMENT, "num_threads: must be >= 0, got %d",
+                           o->num_threads);
+    return FLASHC_SUCCESS;
+}
+
+/* ---- q, k, v and the batch layout ---------------------------------------- */
+
+/* Checks q, k, v, the varlen arguments and the options, and fills the
+ * problem's dimensions, views and resolved options. */
+static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k,
+                                  const flashc_tensor *v, const flashc_varlen *vl,
+                                  const flashc_attention_options *o, flashc_problem *p) {
+    int varlen = vl->cu_seqlens_q || vl->cu_seqlens_k;
+    int rank = varlen ? 3 : 4;
+    p->is_varlen = varlen;
+
+    if (!q) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "q: tensor descriptor is NULL");
+    if (!k) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "k: tensor descriptor is NULL");
+    if (!v) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "v: tensor descriptor is NULL");
+    if (varlen && !vl->cu_seqlens_q)
+        return flashc_fail(FLASHC_ERROR_NULL_POINTER,
+                           "cu_seqlens_q: is NULL while cu_seqlens_k is given (varlen needs both)");
+    if (varlen && !vl->cu_seqlens_k)
+        return flashc_fail(FLASHC_ERROR_NULL_POINTER,
+                           "cu_seqlens_k: is NULL while cu_seqlens_q is given (varlen needs both)");
+    if (!varlen && vl->seqused_k)
+        return flashc_fail(FLASHC_ERROR_ARGUMENT,
+                           "seqused_k: only allowed with cu_seqlens_q / cu_seqlens_k (varlen)");
+
+    CHECK(flashc_check_tensor(q, "q", rank));
+    CHECK(flashc_check_tensor(k, "k", rank));
+    CHECK(flashc_check_tensor(v, "v", rank));
+
+    flashc_dtype dt = q->dtype;
+    if (dt == FLASHC_DTYPE_INT32)
+        return flashc_fail(FLASHC_ERROR_DTYPE,
+                           "q: dtype must be float32, float16, bfloat16 or float64, got int32");
+    if (k->dtype != dt)
+        return flashc_fail(FLASHC_ERROR_DTYPE, "k: dtype %d differs from q's dtype %d",
+                           (int)k->dtype, (int)dt);
+    if (v->dtype != dt)
+        return flashc_fail(FLASHC_ERROR_DTYPE, "v: dtype %d differs from q's dtype %d",
+                           (int)v->dtype, (int)dt);
+    if (dt == FLASHC_DTYPE_FLOAT64 && q->device.type != FLASHC_DEVICE_CPU)
+        return flashc_fail(FLASHC_ERROR_DTYPE, "q: float64 is supported on the CPU only");
+    p->dtype = dt;
+
+    CHECK(flashc_check_last_dim_contiguous(q, "q"));
+    CHECK(flashc_check_last_dim_contiguous(k, "k"));
+    CHECK(flashc_check_last_dim_contiguous(v, "v"));
+
+    int off = varlen ? 0 : 1; /* position of the row dim minus one */
+    int64_t h = q->shape[1 + off], d = q->shape[2 + off];
+    int64_t hk = k->shape[1 + off], dv = v->shape[2 + off];
+    if (d < 1 || d > FLASHC_MAX_HEAD_DIM)
+        return flashc_fail(FLASHC_ERROR_HEAD_DIM, "q: head dim must be in [1, %d], got %lld",
+                           FLASHC_MAX_HEAD_DIM, (long long)d);
+    if (dv < 1 || dv > FLASHC_MAX_HEAD_DIM)
+        return flashc_fail(FLASHC_ERROR_HEAD_DIM, "v: head dim must be in [1, %d], got %lld",
+                           FLASHC_MAX_HEAD_DIM, (long long)dv);
+    if (h < 1) return flashc_fail(FLASHC_ERROR_SHAPE, "q: number of heads must be >= 1, got %lld",
+                                  (long long)h);
+    if (hk < 1)
+        return flashc_fail(FLASHC_ERROR_SHAPE, "k: number of heads must be >= 1, got %lld",
+                           (long long)hk);
+    if (h % hk != 0)
+        return flashc_fail(FLASHC_ERROR_HEAD_GROUPS,
+                           "k: q's number of heads (%lld) must be a multiple of k's (%lld)",
+                           (long long)h, (long long)hk);
+
+    int64_t b, sq, sk, total_q, total_k;
+    if (!varlen) {
+        b = q->shape[0];
+        sq = q->shape[1];
+        sk = k->shape[1];
+        total_q = b * sq;
+        total_k = b * sk;
+        int64_t k_shape[4] = {b, sk, hk, d};
+        CHECK(flashc_check_shape(k, "k", k_shape));
+        int64_t v_shape[4] = {b, sk, hk, dv};
+        CHECK(flashc_check_shape(v, "v", v_shape));
+    } else {
+        total_q = q->shape[0];
+        total_k = k->shape[0];
+        int64_t k_shape[3] = {total_k, hk, d};
+        CHECK(flashc_check_shape(k, "k", k_shape));
+        int64_t v_shape[3] = {total_k, hk, dv};
+        CHECK(flashc_check_shape(v, "v", v_shape));
+
+        const flashc_tensor *cq = vl->cu_seqlens_q, *ck = vl->cu_seqlens_k;
+        CHECK(flashc_check_tensor(cq, "cu_seqlens_q", 1));
+        CHECK(flashc_check_tensor(ck, "cu_seqlens_k", 1));
+        if (cq->dtype != FLASHC_DTYPE_INT32)
+            return flashc_fail(FLASHC_ERROR_DTYPE, "cu_seqlens_q: dtype must be int32");
+        if (ck->dtype != FLASHC_DTYPE_INT32)
+            return flashc_fail(FLASHC_ERROR_DTYPE, "cu_seqlens_k: dtype must be int32");
+        CHECK(flashc_check_dense_1d(cq, "cu_seqlens_q"));
+        CHECK(flashc_check_dense_1d(ck, "cu_seqlens_k"));
+        if (cq->shape[0] < 2)
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                               "cu_seqlens_q: needs batch + 1 >= 2 entries, got %lld",
+                               (long long)cq->shape[0]);
+        if (ck->shape[0] != cq->shape[0])
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                               "cu_seqlens_k: has %lld entries but cu_seqlens_q has %lld",
+                               (long long)ck->shape[0], (long long)cq->shape[0]);
+        b = cq->shape[0] - 1;
+        if (vl->seqused_k) {
+            CHECK(flashc_check_tensor(vl->seqused_k, "seqused_k", 1));
+            if (vl->seqused_k->dtype != FLASHC_DTYPE_INT32)
+                return flashc_fail(FLASHC_ERROR_DTYPE, "seqused_k: dtype must be int32");
+            CHECK(flashc_check_dense_1d(vl->seqused_k, "seqused_k"));
+            if (vl->seqused_k->shape[0] != b)
+                return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                                   "seqused_k: expected %lld entries (batch), got %lld",
+                                   (long long)b, (long long)vl->seqused_k->shape[0]);
+        }
+        if (vl->max_seqlen_q < 0)
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS, "max_seqlen_q: must be >= 0, got %lld",
+                               (long long)vl->max_seqlen_q);
+        if (vl->max_seqlen_k < 0)
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS, "max_seqlen_k: must be >= 0, got %lld",
+                               (long long)vl->max_seqlen_k);
+        sq = vl->max_seqlen_q;
+        sk = vl->max_seqlen_k;
+        p->cu_seqlens_q = (const int32_t *)cq->data;
+        p->cu_seqlens_k = (const int32_t *)ck->data;
+        p->seqused_k = vl->seqused_k ? (const int32_t *)vl->seqused_k->data : NULL;
+    }
+    p->batch = b;
+    p->nheads = h;
+    p->nheads_k = hk;
+    p->head_dim = d;
+    p->head_dim_v = dv;
+    p->seqlen_q = sq;
+    p->seqlen_k = sk;
+    p->total_q = total_q;
+    p->total_k = total_k;
+    p->q = seq_view(q, varlen);
+    p->k = seq_view(k, varlen);
+    p->v = seq_view(v, varlen);
+
+    CHECK(check_options(o));
+    if (o->alibi_slopes) {
+        const flashc_tensor *a = o->alibi_slopes;
+        if (a->rank != 1 && a->rank != 2)
+            return flashc_fail(FLASHC_ERROR_RANK,
+                               "alibi_slopes: expected rank 1 (h) or 2 (b, h), got %d", a->rank);
+        CHECK(flashc_check_tensor(a, "alibi_slopes", a->rank));
+        if (a->dtype != FLASHC_DTYPE_FLOAT32)
+            return flashc_fail(FLASHC_ERROR_DTYPE, "alibi_slopes: dtype must be float32");
+        if (a->rank == 1) {
+            int64_t shape[1] = {h};
+            CHECK(flashc_check_shape(a, "alibi_slopes", shape));
+            p->alibi_batch_stride = 0;
+            p->alibi_head_stride = a->stride[0];
+        } else {
+            int64_t shape[2] = {b, h};
+            CHECK(flashc_check_shape(a, "alibi_slopes", shape));
+            p->alibi_batch_stride = a->stride[0];
+            p->alibi_head_stride = a->stride[1];
+        }
+        p->alibi_slopes = (const float *)a->data;
+    }
+    p->scale = o->softmax_scale != 0.0 ? o->softmax_scale : 1.0 / sqrt((double)d);
+    p->softcap = o->softcap;
+    p->causal = o->causal != 0;
+    p->window_left = o->window_left;
+    p->window_right = o->window_right;
+    flashc_normalize_window(p->causal, sk, &p->window_left, &p->window_right);
+    p->dropout_p = o->dropout_p;
+    p->dropout_threshold = flashc_dropout_threshold(o->dropout_p);
+    p->dropout_seed = o->dropout_seed;
+    p->dropout_offset = o->dropout_offset;
+    p->deterministic = o->deterministic != 0;
+    p->num_threads = o->num_threads;
+    p->stream = o->stream;
+    return FLASHC_SUCCESS;
+}
+
+/* Varlen contents, readable only where the index arrays live in host
+ * memory: non-decreasing offsets inside the packed tensors, lengths within
+ * max_seqlen, seqused_k within each key length. */
+static flashc_status check_varlen_contents(const flashc_problem *p) {
+    if (!p->is_varlen || p->is_cuda) return FLASHC_SUCCESS;
+    const int32_t *cq = p->cu_seqlens_q, *ck = p->cu_seqlens_k;
+    if (cq[0] < 0)
+        return flashc_fail(FLASHC_ERROR_CU_SEQLENS, "cu_seqlens_q: first entry %d is negative",
+                           cq[0]);
+    if (ck[0] < 0)
+        return flashc_fail(FLASHC_ERROR_CU_SEQLENS, "cu_seqlens_k: first entry %d is negative",
+                           ck[0]);
+    for (int64_t i = 0; i < p->batch; ++i) {
+        int64_t lq = (int64_t)cq[i + 1] - cq[i], lk = (int64_t)ck[i + 1] - ck[i];
+        if (lq < 0)
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                               "cu_seqlens_q: decreases at entry %lld (%d -> %d)",
+                               (long long)i + 1, cq[i], cq[i + 1]);
+        if (lk < 0)
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                               "cu_seqlens_k: decreases at entry %lld (%d -> %d)",
+                               (long long)i + 1, ck[i], ck[i + 1]);
+        if (lq > p->seqlen_q)
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                               "max_seqlen_q: %lld is below the length %lld of sequence %lld",
+                               (long long)p->seqlen_q, (long long)lq, (long long)i);
+        if (lk > p->seqlen_k)
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                               "max_seqlen_k: %lld is below the length %lld of sequence %lld",
+                               (long long)p->seqlen_k, (long long)lk, (long long)i);
+        if (p->seqused_k && (p->seqused_k[i] < 0 || p->seqused_k[i] > lk))
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                               "seqused_k: entry %lld is %d, outside [0, %lld] (the key length)",
+                               (long long)i, p->seqused_k[i], (long long)lk);
+    }
+    if (cq[p->batch] > p->total_q)
+        return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                           "cu_seqlens_q: last entry %d exceeds q's %lld rows", cq[p->batch],
+                           (long long)p->total_q);
+    if (ck[p->batch] > p->total_k)
+        return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                           "cu_seqlens_k: last entry %d exceeds k's %lld rows", ck[p->batch],
+                           (long long)p->total_k);
+    return FLASHC_SUCCESS;
+}
+
+/* A tensor shaped like q (h heads, rows of q) with head dim `dim`. */
+static flashc_status check_like_q(const flashc_tensor *t, const char *name,
+                                  const flashc_problem *p, int64_t heads, int64_t rows_batched,
+                                  int64_t rows_varlen, int64_t dim) {
+    if (!t) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "%s: tensor descriptor is NULL", name);
+    CHECK(flashc_check_tensor(t, name, p->is_varlen ? 3 : 4));
+    if (t->dtype != p->dtype)
+        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %d differs from q's dtype %d", name,
+                           (int)t->dtype, (int)p->dtype);
+    if (p->is_varlen) {
+        int64_t shape[3] = {rows_varlen, heads, dim};
+        CHECK(flashc_check_shape(t, name, shape));
+    } else {
+        int64_t shape[4] = {p->batch, rows_batched, heads, dim};
+        CHECK(flashc_check_shape(t, name, shape));
+    }
+    return flashc_check_last_dim_contiguous(t, name);
+}
+
+/* lse-shaped: (b, h, sq) or (h, total_q), float32 (float64 for float64). */
+static flashc_status check_lse_like(const flashc_tensor *t, const char *name,
+                                    const flashc_problem *p) {
+    CHECK(flashc_check_tensor(t, name, p->is_varlen ? 2 : 3));
+    flashc_dtype want = p->dtype == FLASHC_DTYPE_FLOAT64 ? FLASHC_DTYPE_FLOAT64
+                                                         : FLASHC_DTYPE_FLOAT32;
+    if (t->dtype != want)
+        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype must be %s", name,
+                           want == FLASHC_DTYPE_FLOAT64 ? "float64 (as the inputs)" : "float32");
+    if (p->is_varlen) {
+        int64_t shape[2] = {p->nheads, p->total_q};
+        return flashc_check_shape(t, name, shape);
+    }
+    int64_t shape[3] = {p->batch, p->nheads, p->seqlen_q};
+    return flashc_check_shape(t, name, shape);
+}
+
+flashc_status flashc_validate_forward(const flashc_forward_args *a, flashc_problem *p) {
+    memset(p, 0, sizeof *p);
+    if (!a) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "args: is NULL");
+    CHECK(check_inputs(a->q, a->k, a->v, &a->varlen, &a->options, p));
+    CHECK(check_like_q(a->out, "out", p, p->nheads, p->seqlen_q, p->total_q, p->head_dim_v));
+    CHECK(flashc_check_no_self_overlap(a->out, "out"));
+    if (a->lse) {
+        CHECK(check_lse_like(a->lse, "lse", p));
+        CHECK(flashc_check_no_self_overlap(a->lse, "lse"));
+    }
+    if (a->s_dmask) {
+        const flashc_tensor *s = a->s_dmask;
+        CHECK(flashc_check_tensor(s, "s_dmask", 4));
+        if (s->dtype != p->dtype)
+            return flashc_fail(FLASHC_ERROR_DTYPE, "s_dmask: dtype must be q's dtype");
+        int64_t shape[4] = {p->batch, p->nheads,
+                            flashc_round_up(p->seqlen_q, FLASHC_SDMASK_ROUND),
+                            flashc_round_up(p->seqlen_k, FLASHC_SDMASK_ROUND)};
+        CHECK(flashc_check_shape(s, "s_dmask", shape));
+        CHECK(flashc_check_no_self_overlap(s, "s_dmask"));
+        p->s_dmask.data = s->data;
+        p->s_dmask.dtype = s->dtype;
+        p->s_dmask.batch_stride = s->stride[0];
+        p->s_dmask.head_stride = s->stride[1];
+        p->s_dmask.row_stride = s->stride[2];
+        p->s_dmask.col_stride = s->stride[3];
+        p->s_dmask.rows = shape[2];
+        p->s_dmask.cols = shape[3];
+    }
+    const flashc_varlen *vl = &a->varlen;
+    named_tensor inputs[] = {{a->q, "q"},
+                             {a->k, "k"},
+                             {a->v, "v"},
+                             {a->options.alibi_slopes, "alibi_slopes"},
+                             {vl->cu_seqlens_q, "cu_seqlens_q"},
+                             {vl->cu_seqlens_k, "cu_seqlens_k"},
+                             {vl->seqused_k, "seqused_k"},
+                             {a->out, "out"},
+                             {a->lse, "lse"},
+                             {a->s_dmask, "s_dmask"}};
+    int n_inputs = (int)(sizeof inputs / sizeof inputs[0]);
+    CHECK(check_devices(inputs, n_inputs, p));
+    CHECK(check_disjoint(inputs + 7, 3, inputs, n_inputs));
+    CHECK(check_varlen_contents(p));
+    p->out = seq_view(a->out, p->is_varlen);
+    p->lse = row_view(a->lse, p->is_varlen);
+    return FLASHC_SUCCESS;
+}
+
+flashc_status flashc_validate_backward(const flashc_backward_args *a, flashc_problem *p) {
+    memset(p, 0, sizeof *p);
+    if (!a) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "args: is NULL");
+    CHECK(check_inputs(a->q, a->k, a->v, &a->varlen, &a->options, p));
+    CHECK(check_like_q(a->out, "out", p, p->nheads, p->seqlen_q, p->total_q, p->head_dim_v));
+    CHECK(check_like_q(a->dout, "dout", p, p->nheads, p->seqlen_q, p->total_q, p->head_dim_v));
+    if (!a->lse) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "lse: tensor descriptor is NULL");
+    CHECK(check_lse_like(a->lse, "lse", p));
+    if (a->dlse) CHECK(check_lse_like(a->dlse, "dlse", p));
+    CHECK(check_like_q(a->dq, "dq", p, p->nheads, p->seqlen_q, p->total_q, p->head_dim));
+    CHECK(check_like_q(a->dk, "dk", p, p->nheads_k, p->seqlen_k, p->total_k, p->head_dim));
+    CHECK(check_like_q(a->dv, "dv", p, p->nheads_k, p->seqlen_k, p->total_k, p->head_dim_v));
+    CHECK(flashc_check_no_self_overlap(a->dq, "dq"));
+    CHECK(flashc_check_no_self_overlap(a->dk, "dk"));
+    CHECK(flashc_check_no_self_overlap(a->dv, "dv"));
+
+    const flashc_varlen *vl = &a->varlen;
+    named_tensor inputs[] = {{a->q, "q"},
+                             {a->k, "k"},
+                             {a->v, "v"},
+                             {a->out, "out"},
+                             {a->dout, "dout"},
+                             {a->lse, "lse"},
+                             {a->dlse, "dlse"},
+                             {a->options.alibi_slopes, "alibi_slopes"},
+                             {vl->cu_seqlens_q, "cu_seqlens_q"},
+                             {vl->cu_seqlens_k, "cu_seqlens_k"},
+                             {vl->seqused_k, "seqused_k"},
+                             {a->dq, "dq"},
+                             {a->dk, "dk"},
+                             {a->dv, "dv"}};
+    int n_all = (int)(sizeof inputs / sizeof inputs[0]), n_in = 11;
+    CHECK(check_devices(inputs, n_all, p));
+    /* dq, dk, dv may be views of one packed buffer: check each against the
+     * inputs only. */
+    CHECK(check_disjoint(inputs + n_in, 3, inputs, n_in));
+    CHECK(check_varlen_contents(p));
+    p->out = seq_view(a->out, p->is_varlen);
+    p->dout = seq_view(a->dout, p->is_varlen);
+    p->dq = seq_view(a->dq, p->is_varlen);
+    p->dk = seq_view(a->dk, p->is_varlen);
+    p->dv = seq_view(a->dv, p->is_varlen);
+    p->lse = row_view(a->lse, p->is_varlen);
+    p->dlse = row_view(a->dlse, p->is_varlen);
+    return FLASHC_SUCCESS;
+}
+
+flashc_status flashc_validate_workspace(const flashc_backward_args *a, size_t required) {
+    if (required == 0) return FLASHC_SUCCESS;
+    if (!a->workspace)
+        return flashc_fail(FLASHC_ERROR_WORKSPACE,
+                           "workspace: is NULL but %zu bytes are required "
+                           "(flashc_attention_backward_workspace_size)",
+                           required);
+    if (a->workspace_bytes < required)
+        return flashc_fail(FLASHC_ERROR_WORKSPACE,
+                           "workspace_bytes: %zu bytes given, %zu required", a->workspace_bytes,
+                           required);
+    return FLASHC_SUCCESS;
+}
