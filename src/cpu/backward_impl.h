@@ -1,0 +1,280 @@
+/* Backward kernel body, compiled once per variant (see variant.h).
+ *
+ * Recomputation, partitioned over (sequence, kv head, key-tile chunk):
+ * chunk c of a (sequence, kv head) owns the key tiles c, c + nchunks, ...
+ * (round-robin, so causal work spreads evenly). For each owned key tile
+ * the task walks every query head of the group and every row tile that
+ * sees the key tile, recomputes P from the saved LSE, and accumulates dK
+ * and dV in registers-backed tiles it owns, and its dQ contribution into
+ * its own workspace partial. Partials are summed in chunk order at the end
+ * (workspace.h), so the result does not depend on the thread count. */
+#ifndef FLASHC_CPU_BACKWARD_IMPL_H
+#define FLASHC_CPU_BACKWARD_IMPL_H
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "workspace.h"
+
+typedef struct fc_bwd_scratch {
+    real *Qt, *Q, *dOt, *dO, *K, *V, *dK, *dV, *P, *dP, *Pd, *T, *dQ, *lse2, *dsum;
+    real *row_a, *row_b;
+} fc_bwd_scratch;
+
+#define FC_BWD_FIELDS(X)                                                                      \
+    X(Qt, d *FC_BM) X(Q, FC_BM *dp) X(dOt, dv *FC_BM) X(dO, FC_BM *dvp) X(K, FC_BN *dp)         \
+    X(V, FC_BN *dv) X(dK, FC_BN *dp) X(dV, FC_BN *dvp) X(P, FC_BN *FC_BM) X(dP, FC_BN *FC_BM) \
+    X(Pd, FC_BN *FC_BM) X(T, FC_BN *FC_BM) X(dQ, FC_BM *dp) X(lse2, FC_BM) X(dsum, FC_BM)     \
+    X(row_a, dmax) X(row_b, dmax)
+
+static size_t fc_bwd_scratch_bytes(int64_t d, int64_t dv) {
+    int64_t dp = fc_round_vl(d), dvp = fc_round_vl(dv), dmax = dp > dvp ? dp : dvp;
+    size_t bytes = 0;
+#define FC_ADD_BYTES(name, count) bytes += fc_carve_bytes(count);
+    FC_BWD_FIELDS(FC_ADD_BYTES)
+#undef FC_ADD_BYTES
+    return bytes;
+}
+
+static fc_bwd_scratch fc_bwd_carve(char *base, int64_t d, int64_t dv) {
+    int64_t dp = fc_round_vl(d), dvp = fc_round_vl(dv), dmax = dp > dvp ? dp : dvp;
+    fc_bwd_scratch s;
+#define FC_CARVE_FIELD(name, count) s.name = fc_carve(&base, count);
+    FC_BWD_FIELDS(FC_CARVE_FIELD)
+#undef FC_CARVE_FIELD
+    return s;
+}
+
+/* Row of sequence b, local row r, in the workspace's [total_q] index. */
+static inline int64_t fc_ws_row(const flashc_problem *p, int64_t b, const flashc_seq_info *seq,
+                                int64_t r) {
+    return (p->is_varlen ? seq->q_start : b * p->seqlen_q) + r;
+}
+
+static inline real *fc_ws_region(const flashc_problem *p, size_t offset) {
+    return (real *)((char *)p->workspace + offset);
+}
+
+/* D and LSE·log2(e) of every row. */
+static void fc_bwd_preprocess(const flashc_problem *p, const flashc_cpu_bwd_layout *L,
+                              fc_bwd_scratch *s) {
+    real *lse2 = fc_ws_region(p, L->lse2_offset), *dsum = fc_ws_region(p, L->dsum_offset);
+    int64_t dv = p->head_dim_v;
+    #pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < p->batch * p->nheads; ++bh) {
+        int64_t b = bh / p->nheads, h = bh % p->nheads;
+        flashc_seq_info seq = flashc_problem_seq(p, b);
+        for (int64_t r = 0; r < seq.sq; ++r) {
+            int64_t row = seq.q_start + r;
+            fc_load_row(s->row_a, fc_elem(p->dout.data, p->dout.dtype, fc_seq_offset(&p->dout, b, row, h)),
+                        p->dout.dtype, dv, 1);
+            fc_load_row(s->row_b, fc_elem(p->out.data, p->out.dtype, fc_seq_offset(&p->out, b, row, h)),
+                        p->out.dtype, dv, 1);
+            real acc = 0;
+            for (int64_t x = 0; x < dv; ++x) acc += s->row_a[x] * s->row_b[x];
+            if (p->dlse.data)
+                acc -= fc_load_one(p->dlse.data, p->dlse.dtype, fc_row_offset(&p->dlse, b, row, h));
+            real lse = fc_load_one(p->lse.data, p->lse.dtype, fc_row_offset(&p->lse, b, row, h));
+            int64_t at = h * p->total_q + fc_ws_row(p, b, &seq, r);
+            dsum[at] = acc;
+            lse2[at] = lse == (real)INFINITY ? lse : lse * (real)FC_LOG2E;
+        }
+    }
+}
+
+/* Every row of `t` (batch b, packed rows [row0, row0 + n), all heads) to 0. */
+static void fc_zero_rows(const flashc_seq_tensor *t, int64_t b, int64_t row0, int64_t n,
+                         int64_t nheads, int64_t width) {
+    size_t esize = flashc_dtype_size(t->dtype);
+    for (int64_t r = row0; r < row0 + n; ++r)
+        for (int64_t h = 0; h < nheads; ++h)
+            memset((char *)t->data + fc_seq_offset(t, b, r, h) * (int64_t)esize, 0,
+                   (size_t)width * esize);
+}
+
+/* dK/dV rows no key tile covers (varlen: keys past seqused_k, and packed
+ * rows after the last sequence) are zero gradients. */
+static void fc_bwd_zero_unused_keys(const flashc_problem *p) {
+    if (!p->is_varlen) return;
+    #pragma omp for schedule(static)
+    for (int64_t b = 0; b <= p->batch; ++b) {
+        int64_t row0, n;
+        if (b < p->batch) {
+            flashc_seq_info seq = flashc_problem_seq(p, b);
+            row0 = seq.k_start + seq.sk;
+            n = p->cu_seqlens_k[b + 1] - row0;
+        } else {
+            row0 = p->cu_seqlens_k[p->batch];
+            n = p->total_k - row0;
+        }
+        if (n <= 0) continue;
+        fc_zero_rows(&p->dk, 0, row0, n, p->nheads_k, p->head_dim);
+        fc_zero_rows(&p->dv, 0, row0, n, p->nheads_k, p->head_dim_v);
+    }
+}
+
+/* One (row tile, key tile) pair: accumulate into s->dK, s->dV and the
+ * chunk's dQ partial. Returns without work when the mask hides the pair. */
+static void fc_bwd_pair(const flashc_problem *p, fc_tile_ctx *t, const flashc_seq_info *seq,
+                        const flashc_cpu_bwd_layout *L, real *dq_partial, fc_bwd_scratch *s) {
+    int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d), dvp = fc_round_vl(dv);
+    int64_t lo_first, hi_first, lo_last, hi_last;
+    flashc_visible_cols(t->r0, t->sq, t->sk, p->window_left, p->window_right, &lo_first, &hi_first);
+    flashc_visible_cols(t->r0 + t->rows - 1, t->sq, t->sk, p->window_left, p->window_right, &lo_last,
+                        &hi_last);
+    if (hi_last <= lo_first || t->c0 >= hi_last || t->c0 + t->cols <= lo_first) return;
+
+    int64_t b = t->b, h = t->h, row0 = seq->q_start + t->r0;
+    fc_pack_rows_transposed(s->Qt, &p->q, b, row0, t->rows, h, d, fc_query_scale(p), s->row_a);
+    fc_pack_rows(s->Q, dp, FC_BM, &p->q, b, row0, t->rows, h, d, 1);
+    fc_pack_rows_transposed(s->dOt, &p->dout, b, row0, t->rows, h, dv, 1, s->row_a);
+    fc_pack_rows(s->dO, dvp, FC_BM, &p->dout, b, row0, t->rows, h, dv, 1);
+    const real *lse2 = fc_ws_region(p, L->lse2_offset) + h * p->total_q;
+    const real *dsum = fc_ws_region(p, L->dsum_offset) + h * p->total_q;
+    int64_t ws_row0 = fc_ws_row(p, b, seq, t->r0);
+    for (int64_t i = 0; i < FC_BM; ++i) {
+        /* Padding rows: P = exp2(s - inf) = 0, so they add nothing. */
+        s->lse2[i] = i < t->rows ? lse2[ws_row0 + i] : (real)INFINITY;
+        s->dsum[i] = i < t->rows ? dsum[ws_row0 + i] : 0;
+    }
+
+    /* P = exp2(logit - LSE2), masked entries 0. */
+    fc_gemm(FC_BN, FC_BM, (int)d, s->K, dp, 1, s->Qt, FC_BM, s->P, FC_BM, 0);
+    int softcap = p->softcap > 0;
+    fc_tile_logits(s->P, softcap ? s->T : NULL, t);
+    if (!fc_tile_fully_visible(p, t)) fc_tile_mask(s->P, p, t);
+    for (int64_t j = 0; j < FC_BN; ++j)
+        for (int iv = 0; iv < FC_BM; iv += VL)
+            vstore(s->P + j * FC_BM + iv, vexp2(vload(s->P + j * FC_BM + iv) - vload(s->lse2 + iv)));
+
+    /* dP = dO V^T; with dropout, P_dropped and dP_dropped. */
+    fc_gemm(FC_BN, FC_BM, (int)dv, s->V, dv, 1, s->dOt, FC_BM, s->dP, FC_BM, 0);
+    const real *Pdrop = s->P;
+    if (p->dropout_p > 0) {
+        real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));
+        for (int64_t x = 0; x < FC_BN * FC_BM; ++x) s->Pd[x] = s->P[x] * keep_scale;
+        fc_tile_dropout(p, t, s->Pd, s->dP, keep_scale);
+        Pdrop = s->Pd;
+    }
+
+    /* dV += P_dropped^T dO. */
+    fc_gemm(FC_BN, (int)dvp, FC_BM, Pdrop, FC_BM, 1, s->dO, dvp, s->dV, dvp, 1);
+
+    /* dS = P (dP - D) (softcap: times 1 - tanh^2), times the softmax scale:
+     * the gradient w.r.t. the raw dot products. */
+    real scale = (real)p->scale;
+    for (int64_t j = 0; j < FC_BN; ++j)
+        for (int iv = 0; iv < FC_BM; iv += VL) {
+            int64_t at = j * FC_BM + iv;
+            vr ds = vload(s->P + at) * (vload(s->dP + at) - vload(s->dsum + iv)) * scale;
+            if (softcap) {
+                vr th = vload(s->T + at);
+                ds = ds * (1 - th * th);
+            }
+            vstore(s->dP + at, ds);
+        }
+
+    /* dK += dS^T Q;  dQ partial += dS K. */
+    fc_gemm(FC_BN, (int)dp, FC_BM, s->dP, FC_BM, 1, s->Q, dp, s->dK, dp, 1);
+    fc_gemm(FC_BM, (int)dp, FC_BN, s->dP, 1, FC_BM, s->K, dp, s->dQ, dp, 0);
+    for (int64_t i = 0; i < t->rows; ++i) {
+        real *dst = dq_partial + ((ws_row0 + i) * p->nheads + h) * d;
+        const real *src = s->dQ + i * dp;
+        for (int64_t x = 0; x < d; ++x) dst[x] += src[x];
+    }
+}
+
+static void fc_bwd_task(const flashc_problem *p, const flashc_cpu_bwd_layout *L, int64_t b,
+                        int64_t hk, int64_t chunk, fc_bwd_scratch *s) {
+    flashc_seq_info seq = flashc_problem_seq(p, b);
+    int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d), dvp = fc_round_vl(dv);
+    int64_t group = p->nheads / p->nheads_k;
+    int64_t key_tiles = (seq.sk + FC_BN - 1) / FC_BN;
+    int64_t row_tiles = (seq.sq + FC_BM - 1) / FC_BM;
+    real *dq_partial = fc_ws_region(p, L->dq_offset) + chunk * p->total_q * p->nheads * d;
+    for (int64_t kb = chunk; kb < key_tiles; kb += L->nchunks) {
+        fc_tile_ctx t = fc_make_ctx(p, b, hk * group, &seq, 0);
+        fc_set_key_tile(&t, kb);
+        int64_t key_row0 = seq.k_start + t.c0;
+        fc_pack_rows(s->K, dp, FC_BN, &p->k, b, key_row0, t.cols, hk, d, 1);
+        fc_pack_rows(s->V, dv, FC_BN, &p->v, b, key_row0, t.cols, hk, dv, 1);
+        memset(s->dK, 0, sizeof(real) * FC_BN * dp);
+        memset(s->dV, 0, sizeof(real) * FC_BN * dvp);
+        for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+            t.h = h;
+            t.alibi_slope = flashc_problem_alibi_slope(p, b, h);
+            for (int64_t rb = 0; rb < row_tiles; ++rb) {
+                t.r0 = rb * FC_BM;
+                t.rows = seq.sq - t.r0 < FC_BM ? seq.sq - t.r0 : FC_BM;
+                fc_bwd_pair(p, &t, &seq, L, dq_partial, s);
+            }
+        }
+        for (int64_t j = 0; j < t.cols; ++j) {
+            fc_store_row((char *)p->dk.data + fc_seq_offset(&p->dk, b, key_row0 + j, hk) *
+                                                  (int64_t)flashc_dtype_size(p->dk.dtype),
+                         p->dk.dtype, s->dK + j * dp, d, 1);
+            fc_store_row((char *)p->dv.data + fc_seq_offset(&p->dv, b, key_row0 + j, hk) *
+                                                  (int64_t)flashc_dtype_size(p->dv.dtype),
+                         p->dv.dtype, s->dV + j * dvp, dv, 1);
+        }
+    }
+}
+
+/* dq = sum over chunks (in chunk order) of the partials. */
+static void fc_bwd_reduce_dq(const flashc_problem *p, const flashc_cpu_bwd_layout *L,
+                             fc_bwd_scratch *s) {
+    const real *part = fc_ws_region(p, L->dq_offset);
+    int64_t d = p->head_dim, stride = p->total_q * p->nheads * d;
+    size_t esize = flashc_dtype_size(p->dq.dtype);
+    #pragma omp for schedule(static)
+    for (int64_t g = 0; g < p->total_q; ++g) {
+        /* Batched rows are (batch, row) flattened; varlen rows are packed. */
+        int64_t b = p->is_varlen ? 0 : g / p->seqlen_q;
+        int64_t r = p->is_varlen ? g : g % p->seqlen_q;
+        for (int64_t h = 0; h < p->nheads; ++h) {
+            const real *src = part + (g * p->nheads + h) * d;
+            for (int64_t x = 0; x < d; ++x) s->row_a[x] = src[x];
+            for (int64_t c = 1; c < L->nchunks; ++c)
+                for (int64_t x = 0; x < d; ++x) s->row_a[x] += src[c * stride + x];
+            fc_store_row((char *)p->dq.data + fc_seq_offset(&p->dq, b, r, h) * (int64_t)esize,
+                         p->dq.dtype, s->row_a, d, 1);
+        }
+    }
+}
+
+static flashc_status fc_backward(const flashc_problem *p) {
+    flashc_cpu_bwd_layout L = flashc_cpu_bwd_layout_of(p);
+    int nt = fc_thread_count(p);
+    size_t per_thread = fc_bwd_scratch_bytes(p->head_dim, p->head_dim_v);
+    char *scratch = (char *)aligned_alloc(64, per_thread * (size_t)nt);
+    if (!scratch)
+        return flashc_fail(FLASHC_ERROR_BACKEND, "cpu: cannot allocate %zu bytes of tile scratch",
+                           per_thread * (size_t)nt);
+    int64_t ntasks = p->batch * p->nheads_k * L.nchunks;
+    int64_t partial_count = L.nchunks * p->total_q * p->nheads * p->head_dim;
+    real *partials = fc_ws_region(p, L.dq_offset);
+    #pragma omp parallel num_threads(nt)
+    {
+        fc_bwd_scratch s = fc_bwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread,
+                                        p->head_dim, p->head_dim_v);
+        fc_bwd_preprocess(p, &L, &s);
+        #pragma omp for schedule(static)
+        for (int64_t x = 0; x < partial_count; ++x) partials[x] = 0;
+        fc_bwd_zero_unused_keys(p);
+        /* (implicit barrier: D, LSE2 and zeroed partials are ready) */
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntasks; ++task) {
+            int64_t b = task / (p->nheads_k * L.nchunks);
+            int64_t hk = (task / L.nchunks) % p->nheads_k;
+            int64_t chunk = task % L.nchunks;
+            fc_bwd_task(p, &L, b, hk, chunk, &s);
+        }
+        fc_bwd_reduce_dq(p, &L, &s);
+    }
+    free(scratch);
+    return FLASHC_SUCCESS;
+}
+
+#endif

@@ -1,0 +1,274 @@
+/* Forward kernel body, compiled once per variant (see variant.h).
+ *
+ * One task = (sequence, query head, tile of FC_BM query rows). The task
+ * packs its queries transposed (pre-scaled so logits come out in log2
+ * units), then walks the key tiles its rows can see (monotone mask bounds:
+ * hidden tiles are never touched), with an online softmax kept as vectors
+ * over the rows. Masking runs only on tiles the mask cuts. O is
+ * accumulated in a real tile; memory is O(tile), never O(N^2). */
+#ifndef FLASHC_CPU_FORWARD_IMPL_H
+#define FLASHC_CPU_FORWARD_IMPL_H
+
+#include <omp.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+
+typedef struct fc_fwd_scratch {
+    real *Qt, *K, *V, *S, *O, *m, *l, *alpha, *row_tmp;
+} fc_fwd_scratch;
+
+static size_t fc_fwd_scratch_bytes(int64_t d, int64_t dv) {
+    int64_t dvp = fc_round_vl(dv), dmax = d > dvp ? d : dvp;
+    return fc_carve_bytes(d * FC_BM) + fc_carve_bytes(FC_BN * d) + fc_carve_bytes(FC_BN * dvp) +
+           fc_carve_bytes(FC_BN * FC_BM) + fc_carve_bytes(FC_BM * dvp) + 3 * fc_carve_bytes(FC_BM) +
+           fc_carve_bytes(dmax);
+}
+
+static fc_fwd_scratch fc_fwd_carve(char *base, int64_t d, int64_t dv) {
+    int64_t dvp = fc_round_vl(dv), dmax = d > dvp ? d : dvp;
+    fc_fwd_scratch s;
+    s.Qt = fc_carve(&base, d * FC_BM);
+    s.K = fc_carve(&base, FC_BN * d);
+    s.V = fc_carve(&base, FC_BN * dvp);
+    s.S = fc_carve(&base, FC_BN * FC_BM);
+    s.O = fc_carve(&base, FC_BM * dvp);
+    s.m = fc_carve(&base, FC_BM);
+    s.l = fc_carve(&base, FC_BM);
+    s.alpha = fc_carve(&base, FC_BM);
+    s.row_tmp = fc_carve(&base, dmax);
+    return s;
+}
+
+/* Query pre-scale: logits in log2 units straight out of the product, or
+ * the tanh argument when softcap is on. */
+static inline real fc_query_scale(const flashc_problem *p) {
+    return p->softcap > 0 ? (real)(p->scale / p->softcap) : (real)(p->scale * FC_LOG2E);
+}
+
+static fc_tile_ctx fc_make_ctx(const flashc_problem *p, int64_t b, int64_t h,
+                               const flashc_seq_info *seq, int64_t r0) {
+    fc_tile_ctx t;
+    t.b = b;
+    t.h = h;
+    t.sq = seq->sq;
+    t.sk = seq->sk;
+    t.r0 = r0;
+    t.rows = seq->sq - r0 < FC_BM ? seq->sq - r0 : FC_BM;
+    t.c0 = 0;
+    t.cols = 0;
+    t.softcap_log2 = p->softcap > 0 ? (real)(p->softcap * FC_LOG2E) : 0;
+    t.alibi_slope = flashc_problem_alibi_slope(p, b, h);
+    return t;
+}
+
+static void fc_set_key_tile(fc_tile_ctx *t, int64_t kb) {
+    t->c0 = kb * FC_BN;
+    t->cols = t->sk - t->c0 < FC_BN ? t->sk - t->c0 : FC_BN;
+}
+
+/* Range of key tiles [*kb0, *kb1) the rows of tile t can see. */
+static void fc_visible_key_tiles(const flashc_problem *p, const fc_tile_ctx *t, int64_t *kb0,
+                                 int64_t *kb1) {
+    int64_t lo_first, hi_first, lo_last, hi_last;
+    flashc_visible_cols(t->r0, t->sq, t->sk, p->window_left, p->window_right, &lo_first, &hi_first);
+    flashc_visible_cols(t->r0 + t->rows - 1, t->sq, t->sk, p->window_left, p->window_right, &lo_last,
+                        &hi_last);
+    if (hi_last <= lo_first) {
+        *kb0 = *kb1 = 0;
+        return;
+    }
+    *kb0 = lo_first / FC_BN;
+    *kb1 = (hi_last + FC_BN - 1) / FC_BN;
+}
+
+/* Logits (log2 units, masked) of key tile t->c0 against the packed queries. */
+static void fc_fwd_logit_tile(const flashc_problem *p, const fc_tile_ctx *t, int64_t hk,
+                              const flashc_seq_info *seq, fc_fwd_scratch *s) {
+    int64_t d = p->head_dim;
+    fc_pack_rows(s->K, d, FC_BN, &p->k, t->b, seq->k_start + t->c0, t->cols, hk, d, 1);
+    fc_gemm(FC_BN, FC_BM, (int)d, s->K, d, 1, s->Qt, FC_BM, s->S, FC_BM, 0);
+    fc_tile_logits(s->S, NULL, t);
+    if (!fc_tile_fully_visible(p, t)) fc_tile_mask(s->S, p, t);
+}
+
+/* S_dmask rows of this tile: exp2(t - m) where visible, 0 elsewhere and in
+ * the padding columns, negated where dropout drops. */
+static void fc_fwd_write_sdmask(const flashc_problem *p, fc_tile_ctx t, int64_t hk,
+                                const flashc_seq_info *seq, fc_fwd_scratch *s, int64_t kb0,
+                                int64_t kb1) {
+    const flashc_score_tensor *sd = &p->s_dmask;
+    int64_t ntiles = (sd->cols + FC_BN - 1) / FC_BN;
+    char *base = (char *)sd->data;
+    int64_t esize = (int64_t)flashc_dtype_size(sd->dtype);
+    for (int64_t kb = 0; kb < ntiles; ++kb) {
+        int64_t c0 = kb * FC_BN;
+        int64_t width = sd->cols - c0 < FC_BN ? sd->cols - c0 : FC_BN;
+        int live = kb >= kb0 && kb < kb1 && c0 < t.sk;
+        if (live) {
+            fc_set_key_tile(&t, kb);
+            fc_fwd_logit_tile(p, &t, hk, seq, s);
+        }
+        for (int64_t i = 0; i < t.rows; ++i) {
+            real m = s->m[i] == -(real)INFINITY ? 0 : s->m[i];
+            char *row = base + (t.b * sd->batch_stride + t.h * sd->head_stride +
+                                (t.r0 + i) * sd->row_stride) * esize;
+            flashc_philox_u32x4 w = {0, 0, 0, 0};
+            int64_t w_group = -1;
+            for (int64_t j = 0; j < width; ++j) {
+                real v = 0;
+                if (live && j < t.cols) {
+                    v = sexp2(s->S[j * FC_BM + i] - m);
+                    if (p->dropout_p > 0 && v != 0) {
+                        if ((c0 + j) >> 2 != w_group) {
+                            w = flashc_dropout_words(p->dropout_seed, p->dropout_offset, t.b,
+                                                     p->nheads, t.h, t.r0 + i, c0 + j);
+                            w_group = (c0 + j) >> 2;
+                        }
+                        if (flashc_dropout_word_for_col(w, c0 + j) < p->dropout_threshold) v = -v;
+                    }
+                }
+                fc_store_one(row, sd->dtype, (c0 + j) * sd->col_stride, v);
+            }
+        }
+    }
+}
+
+static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64_t rb,
+                            fc_fwd_scratch *s) {
+    flashc_seq_info seq = flashc_problem_seq(p, b);
+    int64_t r0 = rb * FC_BM;
+    if (r0 >= seq.sq) return;
+    int64_t d = p->head_dim, dv = p->head_dim_v, dvp = fc_round_vl(dv);
+    int64_t hk = h / (p->nheads / p->nheads_k);
+    fc_tile_ctx t = fc_make_ctx(p, b, h, &seq, r0);
+
+    fc_pack_rows_transposed(s->Qt, &p->q, b, seq.q_start + r0, t.rows, h, d, fc_query_scale(p),
+                            s->row_tmp);
+    for (int i = 0; i < FC_BM; ++i) {
+        s->m[i] = -(real)INFINITY;
+        s->l[i] = 0;
+    }
+    for (int64_t x = 0; x < FC_BM * dvp; ++x) s->O[x] = 0;
+
+    int64_t kb0, kb1;
+    fc_visible_key_tiles(p, &t, &kb0, &kb1);
+    const vr neg_inf = vsplat(-(real)INFINITY);
+    for (int64_t kb = kb0; kb < kb1; ++kb) {
+        fc_set_key_tile(&t, kb);
+        fc_fwd_logit_tile(p, &t, hk, &seq, s);
+        fc_pack_rows(s->V, dvp, FC_BN, &p->v, b, seq.k_start + t.c0, t.cols, hk, dv, 1);
+
+        /* Online softmax, vectorised over the rows. */
+        for (int iv = 0; iv < FC_BM; iv += VL) {
+            vr mx = neg_inf;
+            for (int j = 0; j < FC_BN; ++j) mx = vmax(mx, vload(s->S + j * FC_BM + iv));
+            vr m_old = vload(s->m + iv);
+            vr m_new = vmax(m_old, mx);
+            /* A row with nothing visible yet keeps m = -inf; subtract 0. */
+            vr m_use = vselect(m_new == neg_inf, vsplat(0), m_new);
+            vr alpha = vexp2(m_old - m_use);
+            vr sum = vsplat(0);
+            for (int j = 0; j < FC_BN; ++j) {
+                vr pv = vexp2(vload(s->S + j * FC_BM + iv) - m_use);
+                vstore(s->S + j * FC_BM + iv, pv);
+                sum += pv;
+            }
+            vstore(s->l + iv, vload(s->l + iv) * alpha + sum);
+            vstore(s->m + iv, m_new);
+            vstore(s->alpha + iv, alpha);
+        }
+        if (p->dropout_p > 0) fc_tile_dropout(p, &t, s->S, NULL, 0);
+        for (int i = 0; i < FC_BM; ++i) {
+            real a = s->alpha[i];
+            if (a != 1) {
+                real *o = s->O + i * dvp;
+                for (int64_t x = 0; x < dvp; ++x) o[x] *= a;
+            }
+        }
+        fc_gemm(FC_BM, (int)dvp, FC_BN, s->S, 1, FC_BM, s->V, dvp, s->O, dvp, 1);
+    }
+
+    real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));
+    for (int64_t i = 0; i < t.rows; ++i) {
+        int64_t row = seq.q_start + r0 + i;
+        char *o = (char *)p->out.data +
+                  fc_seq_offset(&p->out, b, row, h) * (int64_t)flashc_dtype_size(p->out.dtype);
+        real lse;
+        if (s->l[i] > 0) {
+            fc_store_row(o, p->out.dtype, s->O + i * dvp, dv, keep_scale / s->l[i]);
+            lse = (s->m[i] + slog2(s->l[i])) * (real)FC_LN2;
+        } else {
+            for (int64_t x = 0; x < dv; ++x) s->O[i * dvp + x] = 0;
+            fc_store_row(o, p->out.dtype, s->O + i * dvp, dv, 1);
+            lse = (real)INFINITY;
+        }
+        if (p->lse.data)
+            fc_store_one(p->lse.data, p->lse.dtype, fc_row_offset(&p->lse, b, row, h), lse);
+    }
+    if (p->s_dmask.data) fc_fwd_write_sdmask(p, t, hk, &seq, s, kb0, kb1);
+}
+
+/* Rows no task writes: S_dmask padding rows, and in varlen mode the packed
+ * rows after the last sequence (out 0, LSE +inf, as rows that see nothing). */
+static void fc_forward_fill_uncovered(const flashc_problem *p) {
+    if (p->s_dmask.data) {
+        const flashc_score_tensor *sd = &p->s_dmask;
+        #pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < p->batch * p->nheads; ++bh) {
+            int64_t b = bh / p->nheads, h = bh % p->nheads;
+            flashc_seq_info seq = flashc_problem_seq(p, b);
+            for (int64_t r = seq.sq; r < sd->rows; ++r)
+                for (int64_t c = 0; c < sd->cols; ++c)
+                    fc_store_one(sd->data, sd->dtype,
+                                 b * sd->batch_stride + h * sd->head_stride + r * sd->row_stride +
+                                     c * sd->col_stride,
+                                 0);
+        }
+    }
+    if (p->is_varlen) {
+        int64_t first = p->cu_seqlens_q[p->batch];
+        #pragma omp for schedule(static)
+        for (int64_t row = first; row < p->total_q; ++row)
+            for (int64_t h = 0; h < p->nheads; ++h) {
+                for (int64_t x = 0; x < p->head_dim_v; ++x)
+                    fc_store_one(p->out.data, p->out.dtype, fc_seq_offset(&p->out, 0, row, h) + x, 0);
+                if (p->lse.data)
+                    fc_store_one(p->lse.data, p->lse.dtype, fc_row_offset(&p->lse, 0, row, h),
+                                 (real)INFINITY);
+            }
+    }
+}
+
+static inline int fc_thread_count(const flashc_problem *p) {
+    return p->num_threads > 0 ? p->num_threads : omp_get_max_threads();
+}
+
+static flashc_status fc_forward(const flashc_problem *p) {
+    int nt = fc_thread_count(p);
+    size_t per_thread = fc_fwd_scratch_bytes(p->head_dim, p->head_dim_v);
+    char *scratch = (char *)aligned_alloc(64, per_thread * (size_t)nt);
+    if (!scratch)
+        return flashc_fail(FLASHC_ERROR_BACKEND, "cpu: cannot allocate %zu bytes of tile scratch",
+                           per_thread * (size_t)nt);
+    int64_t nrb = (p->seqlen_q + FC_BM - 1) / FC_BM;
+    int64_t ntasks = p->batch * p->nheads * nrb;
+    #pragma omp parallel num_threads(nt)
+    {
+        fc_fwd_scratch s = fc_fwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread,
+                                        p->head_dim, p->head_dim_v);
+        /* Later row tiles see more keys under a causal mask: start them first. */
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntasks; ++task) {
+            int64_t b = task / (p->nheads * nrb);
+            int64_t h = (task / nrb) % p->nheads;
+            int64_t rb = nrb - 1 - task % nrb;
+            fc_forward_tile(p, b, h, rb, &s);
+        }
+        fc_forward_fill_uncovered(p);
+    }
+    free(scratch);
+    return FLASHC_SUCCESS;
+}
+
+#endif

@@ -1,0 +1,167 @@
+/* Tile sizes and the helpers the forward and backward kernels share:
+ * per-thread scratch carving, tile packing (dtype conversion into padded
+ * real panels), masking, score transforms and dropout on a score tile.
+ *
+ * Score tiles are stored column-major over the query rows: S[j * FC_BM + i]
+ * for key column j and query row i, so every per-row softmax quantity
+ * (max, sum, LSE) is a vector over i. Needs vec.h, convert.h, gemm.h. */
+#ifndef FLASHC_CPU_TILES_H
+#define FLASHC_CPU_TILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/problem.h"
+#include "core/semantics.h"
+
+/* Query rows per tile (the vector dimension of score tiles) and key columns
+ * per tile. Both multiples of MR and of every VL. */
+#define FC_BM 64
+#define FC_BN 64
+
+static inline int64_t fc_round_vl(int64_t n) { return (n + VL - 1) / VL * VL; }
+
+/* Carve `count` reals from a scratch cursor, 64-byte aligned. */
+static inline real *fc_carve(char **cursor, int64_t count) {
+    real *p = (real *)*cursor;
+    *cursor += ((size_t)count * sizeof(real) + 63) & ~(size_t)63;
+    return p;
+}
+
+static inline size_t fc_carve_bytes(int64_t count) {
+    return ((size_t)count * sizeof(real) + 63) & ~(size_t)63;
+}
+
+static inline const char *fc_elem(const void *base, flashc_dtype dtype, int64_t offset) {
+    return (const char *)base + offset * (int64_t)flashc_dtype_size(dtype);
+}
+
+/* Element offset of (batch b, packed row r, head h) of a sequence tensor. */
+static inline int64_t fc_seq_offset(const flashc_seq_tensor *t, int64_t b, int64_t r, int64_t h) {
+    return b * t->batch_stride + r * t->row_stride + h * t->head_stride;
+}
+
+static inline int64_t fc_row_offset(const flashc_row_tensor *t, int64_t b, int64_t r, int64_t h) {
+    return b * t->batch_stride + h * t->head_stride + r * t->row_stride;
+}
+
+/* rows x n rows of a sequence tensor into dst[i * ld + x] (scaled), rows up
+ * to `rows_pad` and columns up to `ld` zero. */
+static void fc_pack_rows(real *dst, int64_t ld, int64_t rows_pad, const flashc_seq_tensor *t,
+                         int64_t b, int64_t row0, int64_t rows, int64_t h, int64_t n, real scale) {
+    for (int64_t i = 0; i < rows_pad; ++i) {
+        real *d = dst + i * ld;
+        int64_t x = 0;
+        if (i < rows) {
+            fc_load_row(d, fc_elem(t->data, t->dtype, fc_seq_offset(t, b, row0 + i, h)), t->dtype, n,
+                        scale);
+            x = n;
+        }
+        for (; x < ld; ++x) d[x] = 0;
+    }
+}
+
+/* The same rows transposed: dst[x * FC_BM + i], x < n, i < FC_BM (rows
+ * beyond `rows` zero). */
+static void fc_pack_rows_transposed(real *dst, const flashc_seq_tensor *t, int64_t b, int64_t row0,
+                                    int64_t rows, int64_t h, int64_t n, real scale, real *row_tmp) {
+    for (int64_t i = 0; i < FC_BM; ++i) {
+        if (i < rows) {
+            fc_load_row(row_tmp, fc_elem(t->data, t->dtype, fc_seq_offset(t, b, row0 + i, h)),
+                        t->dtype, n, scale);
+            for (int64_t x = 0; x < n; ++x) dst[x * FC_BM + i] = row_tmp[x];
+        } else {
+            for (int64_t x = 0; x < n; ++x) dst[x * FC_BM + i] = 0;
+        }
+    }
+}
+
+/* The facts about one (row tile, key tile) pair a kernel needs. */
+typedef struct fc_tile_ctx {
+    int64_t b, h;              /* batch (sequence) and query head */
+    int64_t sq, sk;            /* sequence lengths */
+    int64_t r0, rows;          /* first row of the tile, valid rows */
+    int64_t c0, cols;          /* first column of the tile, valid columns */
+    real softcap_log2;         /* softcap * log2(e), 0 = off */
+    float alibi_slope;         /* 0 = off */
+} fc_tile_ctx;
+
+/* Turn raw tile dot products (of queries pre-scaled by scale*log2e, or by
+ * scale/softcap when softcap is on) into logits in log2 units. With softcap
+ * the tanh values are kept in `tanh_out` (for the backward's derivative). */
+static void fc_tile_logits(real *S, real *tanh_out, const fc_tile_ctx *t) {
+    if (t->softcap_log2 > 0) {
+        for (int64_t j = 0; j < FC_BN; ++j)
+            for (int64_t i = 0; i < FC_BM; ++i) {
+                real th = stanh(S[j * FC_BM + i]);
+                if (tanh_out) tanh_out[j * FC_BM + i] = th;
+                S[j * FC_BM + i] = t->softcap_log2 * th;
+            }
+    }
+    if (t->alibi_slope != 0.0f) {
+        for (int64_t j = 0; j < t->cols; ++j)
+            for (int64_t i = 0; i < t->rows; ++i) {
+#if FLASHC_CPU_REAL_DOUBLE
+                /* The bias alone, in double: the logit rule with a zero product. */
+                real bias = (real)flashc_logit(0.0, 1.0, 0.0, t->alibi_slope, t->r0 + i, t->c0 + j,
+                                               t->sq, t->sk);
+#else
+                real bias = flashc_alibi_bias(t->alibi_slope, t->r0 + i, t->c0 + j, t->sq, t->sk);
+#endif
+                S[j * FC_BM + i] += (real)FC_LOG2E * bias;
+            }
+    }
+}
+
+/* Whether every (row, column) of the tile is visible, and whether none is.
+ * The bounds of flashc_visible_cols are monotone in the row, so the first
+ * and last rows decide. */
+static inline int fc_tile_fully_visible(const flashc_problem *p, const fc_tile_ctx *t) {
+    if (t->rows != FC_BM || t->cols != FC_BN) return 0;
+    int64_t lo_first, hi_first, lo_last, hi_last;
+    flashc_visible_cols(t->r0, t->sq, t->sk, p->window_left, p->window_right, &lo_first, &hi_first);
+    flashc_visible_cols(t->r0 + t->rows - 1, t->sq, t->sk, p->window_left, p->window_right, &lo_last,
+                        &hi_last);
+    return lo_last <= t->c0 && hi_first >= t->c0 + FC_BN;
+}
+
+/* Set hidden entries (and the padding rows and columns) of a logit tile to
+ * -inf. */
+static void fc_tile_mask(real *S, const flashc_problem *p, const fc_tile_ctx *t) {
+    const real neg_inf = -(real)INFINITY;
+    for (int64_t i = 0; i < FC_BM; ++i) {
+        int64_t lo = 0, hi = 0;
+        if (i < t->rows) {
+            flashc_visible_cols(t->r0 + i, t->sq, t->sk, p->window_left, p->window_right, &lo, &hi);
+            lo -= t->c0;
+            hi -= t->c0;
+            if (lo < 0) lo = 0;
+            if (lo > t->cols) lo = t->cols;
+            if (hi > t->cols) hi = t->cols;
+            if (hi < lo) hi = lo;
+        }
+        for (int64_t j = 0; j < lo; ++j) S[j * FC_BM + i] = neg_inf;
+        for (int64_t j = hi; j < FC_BN; ++j) S[j * FC_BM + i] = neg_inf;
+    }
+}
+
+/* Zero the entries of P that dropout drops (P[j * FC_BM + i]); with a
+ * non-NULL `second`, scale kept entries of a second tile by `keep_scale` and zero
+ * its dropped ones as well. */
+static void fc_tile_dropout(const flashc_problem *p, const fc_tile_ctx *t, real *P, real *second,
+                            real keep_scale) {
+    for (int64_t i = 0; i < t->rows; ++i) {
+        for (int64_t j4 = 0; j4 < t->cols; j4 += 4) {
+            flashc_philox_u32x4 w = flashc_dropout_words(p->dropout_seed, p->dropout_offset, t->b,
+                                                         p->nheads, t->h, t->r0 + i, t->c0 + j4);
+            for (int64_t q = 0; q < 4 && j4 + q < t->cols; ++q) {
+                int64_t at = (j4 + q) * FC_BM + i;
+                int keep = flashc_dropout_word_for_col(w, t->c0 + j4 + q) >= p->dropout_threshold;
+                if (!keep) P[at] = 0;
+                if (second) second[at] = keep ? second[at] * keep_scale : 0;
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,104 @@
+/* Portable SIMD vectors (GCC/Clang vector extensions) for the CPU kernels.
+ * The including variant defines:
+ *   FLASHC_CPU_REAL_DOUBLE  0: float lanes (float32 accumulation),
+ *                           1: double lanes (float64 accumulation)
+ *   FLASHC_CPU_VBYTES       vector width in bytes (64 AVX-512, 32 AVX2, 16)
+ * The same source then compiles to zmm, ymm or xmm code (or NEON, or
+ * scalar pairs) depending on the target flags of the translation unit. */
+#ifndef FLASHC_CPU_VEC_H
+#define FLASHC_CPU_VEC_H
+
+#include <math.h>
+#include <stdint.h>
+
+#if FLASHC_CPU_REAL_DOUBLE
+typedef double real;
+typedef int64_t ireal;
+#else
+typedef float real;
+typedef int32_t ireal;
+#endif
+
+#define VL ((int)(FLASHC_CPU_VBYTES / sizeof(real)))
+
+typedef real vr __attribute__((vector_size(FLASHC_CPU_VBYTES)));
+typedef ireal vi __attribute__((vector_size(FLASHC_CPU_VBYTES)));
+/* Unaligned, aliasing-safe views for loads and stores. */
+typedef real vr_u __attribute__((vector_size(FLASHC_CPU_VBYTES), aligned(sizeof(real)), may_alias));
+
+#define FC_LOG2E 1.4426950408889634
+#define FC_LN2 0.6931471805599453
+
+static inline vr vload(const real *p) { return *(const vr_u *)p; }
+static inline void vstore(real *p, vr v) { *(vr_u *)p = v; }
+static inline vr vsplat(real x) { return (vr){0} + x; }
+
+static inline vr vmax(vr a, vr b) {
+    vi m = a > b;
+    return (vr)(((vi)a & m) | ((vi)b & ~m));
+}
+
+/* Lanes where m is set take a, the others b. */
+static inline vr vselect(vi m, vr a, vr b) { return (vr)(((vi)a & m) | ((vi)b & ~m)); }
+
+static inline real vhmax(vr v) {
+    real m = v[0];
+    for (int l = 1; l < VL; ++l) m = v[l] > m ? v[l] : m;
+    return m;
+}
+
+/* 2^x. Inputs below -126 (and -inf) give exactly 0. The float version is a
+ * degree-7 polynomial after range reduction (relative error ~1e-7); the
+ * double version defers to libm so float64 results stay exact enough for
+ * gradient checks. */
+static inline vr vexp2(vr x) {
+#if FLASHC_CPU_REAL_DOUBLE
+    vr r;
+    for (int l = 0; l < VL; ++l) r[l] = exp2(x[l]);
+    return r;
+#else
+    vi live = x >= -126.0f;
+    x = vmax(x, vsplat(-126.0f));
+    x = vselect(x > 127.0f, vsplat(127.0f), x);
+    vr n = (x + 12582912.0f) - 12582912.0f; /* round to nearest integer */
+    vr f = x - n;                           /* [-0.5, 0.5] */
+    /* Taylor coefficients of 2^f = e^(f ln 2). */
+    vr p = vsplat(1.5252733804059841e-05f);
+    p = p * f + 1.5403530393381610e-04f;
+    p = p * f + 1.3333558146428443e-03f;
+    p = p * f + 9.6181291076284772e-03f;
+    p = p * f + 5.5504108664821580e-02f;
+    p = p * f + 2.4022650695910071e-01f;
+    p = p * f + 6.9314718055994531e-01f;
+    p = p * f + 1.0f;
+    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+    vr r = p * (vr)e;
+    return (vr)((vi)r & live);
+#endif
+}
+
+static inline real sexp2(real x) {
+#if FLASHC_CPU_REAL_DOUBLE
+    return exp2(x);
+#else
+    return exp2f(x);
+#endif
+}
+
+static inline real stanh(real x) {
+#if FLASHC_CPU_REAL_DOUBLE
+    return tanh(x);
+#else
+    return tanhf(x);
+#endif
+}
+
+static inline real slog2(real x) {
+#if FLASHC_CPU_REAL_DOUBLE
+    return log2(x);
+#else
+    return log2f(x);
+#endif
+}
+
+#endif

@@ -1,0 +1,61 @@
+/* Layout of the CPU backward workspace, shared by the size query and the
+ * kernels. Everything depends on the problem's shape only (never on the
+ * thread count or the SIMD variant):
+ *
+ *   lse2   [nheads][total_q]            LSE in log2 units (+inf kept)
+ *   dsum   [nheads][total_q]            D = rowsum(dO * O) - dLSE
+ *   dq     [nchunks][total_q][nheads][d] per-chunk dQ partial sums
+ *
+ * in the accumulation type (float, or double for float64 inputs), each
+ * region 64-byte aligned. Key tiles are dealt round-robin to `nchunks`
+ * chunks per (sequence, kv head); a chunk owns its dK/dV rows outright and
+ * its own dQ partial, and the partials are summed in chunk order at the
+ * end, so the result is bit-identical whatever the thread count. */
+#ifndef FLASHC_CPU_WORKSPACE_H
+#define FLASHC_CPU_WORKSPACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/problem.h"
+
+/* Key columns per backward key tile (the kernels' FC_BN). */
+#define FLASHC_CPU_BWD_KEY_TILE 64
+/* Aim for this many independent tasks, so dynamic scheduling can balance
+ * causal work on any core count. */
+#define FLASHC_CPU_BWD_TASKS 32
+/* Cap on the dQ partials, bytes. */
+#define FLASHC_CPU_BWD_PARTIAL_CAP ((int64_t)1 << 30)
+
+typedef struct flashc_cpu_bwd_layout {
+    int64_t nchunks;
+    size_t elem;        /* bytes of the accumulation type */
+    size_t lse2_offset, dsum_offset, dq_offset, bytes;
+} flashc_cpu_bwd_layout;
+
+static inline size_t flashc_cpu_align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static inline flashc_cpu_bwd_layout flashc_cpu_bwd_layout_of(const flashc_problem *p) {
+    flashc_cpu_bwd_layout L;
+    L.elem = p->dtype == FLASHC_DTYPE_FLOAT64 ? sizeof(double) : sizeof(float);
+    int64_t key_tiles = (p->seqlen_k + FLASHC_CPU_BWD_KEY_TILE - 1) / FLASHC_CPU_BWD_KEY_TILE;
+    if (key_tiles < 1) key_tiles = 1;
+    int64_t units = p->batch * p->nheads_k;
+    if (units < 1) units = 1;
+    int64_t nchunks = (FLASHC_CPU_BWD_TASKS + units - 1) / units;
+    if (nchunks > key_tiles) nchunks = key_tiles;
+    int64_t dq_bytes = p->total_q * p->nheads * p->head_dim * (int64_t)L.elem;
+    if (dq_bytes > 0 && nchunks * dq_bytes > FLASHC_CPU_BWD_PARTIAL_CAP)
+        nchunks = FLASHC_CPU_BWD_PARTIAL_CAP / dq_bytes;
+    if (nchunks < 1) nchunks = 1;
+    L.nchunks = nchunks;
+    size_t rows = (size_t)(p->nheads * p->total_q);
+    L.lse2_offset = 0;
+    L.dsum_offset = flashc_cpu_align64(rows * L.elem);
+    L.dq_offset = L.dsum_offset + flashc_cpu_align64(rows * L.elem);
+    L.bytes = L.dq_offset + flashc_cpu_align64((size_t)nchunks * (size_t)dq_bytes);
+    if (L.bytes == 0) L.bytes = 64;
+    return L;
+}
+
+#endif
