@@ -21,6 +21,7 @@ typedef struct flashc_cli_check {
     int ran_forward, ran_backward;
     flashc_cli_error out, lse, dq, dk, dv;
     long long rows_checked;   /* query rows compared in the forward */
+    long long grad_rows_checked, grad_keys_checked; /* backward: dQ rows, dK/dV rows */
     int pass;
 } flashc_cli_check;
 

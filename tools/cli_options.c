@@ -34,6 +34,7 @@ void flashc_cli_options_default(flashc_cli_options *opt) {
     opt->warmup = 0;
     opt->check = 1;
     opt->check_heads = 2;
+    opt->check_rows = 32;
     opt->backward = 1;
 }
 
@@ -74,8 +75,11 @@ void flashc_cli_print_run_usage(FILE *out) {
         "  --repeat N          timed runs; the median is reported (1)\n"
         "  --forward-only      skip the backward\n"
         "  --no-check          skip the reference check\n"
-        "  --check-heads N     (batch, head) pairs whose rows the forward check\n"
-        "                      compares (2; the backward checks one kv-head group)\n"
+        "  --check-heads N     (batch, head) pairs the forward check samples (2)\n"
+        "  --check-rows N      query rows checked per pair: the last N of the\n"
+        "                      sequence (32); all rows for small heads or dropout.\n"
+        "                      The backward checks dQ of those rows for one kv-head\n"
+        "                      group, and dK/dV of the keys they fully determine\n"
         "  --quiet             no progress lines on stderr\n"
         "  --help              this text\n",
         out);
@@ -195,7 +199,7 @@ enum {
     OPT_BATCH = 1000, OPT_HEADS, OPT_KV_HEADS, OPT_SEQLEN, OPT_SEQLEN_Q, OPT_SEQLEN_K,
     OPT_HDIM, OPT_HDIM_V, OPT_DTYPE, OPT_CAUSAL, OPT_NO_CAUSAL, OPT_WINDOW, OPT_SOFTCAP,
     OPT_ALIBI, OPT_DROPOUT, OPT_SEED, OPT_SCALE, OPT_VARLEN, OPT_THREADS,
-    OPT_DETERMINISTIC, OPT_REPEAT, OPT_WARMUP, OPT_DEVICE, OPT_NO_CHECK, OPT_CHECK_HEADS,
+    OPT_DETERMINISTIC, OPT_REPEAT, OPT_WARMUP, OPT_DEVICE, OPT_NO_CHECK, OPT_CHECK_HEADS, OPT_CHECK_ROWS,
     OPT_FORWARD_ONLY, OPT_QUIET, OPT_HELP
 };
 
@@ -226,6 +230,7 @@ int flashc_cli_parse_run_options(int argc, char **argv, flashc_cli_options *opt)
         {"device", required_argument, NULL, OPT_DEVICE},
         {"no-check", no_argument, NULL, OPT_NO_CHECK},
         {"check-heads", required_argument, NULL, OPT_CHECK_HEADS},
+        {"check-rows", required_argument, NULL, OPT_CHECK_ROWS},
         {"forward-only", no_argument, NULL, OPT_FORWARD_ONLY},
         {"quiet", no_argument, NULL, OPT_QUIET},
         {"help", no_argument, NULL, OPT_HELP},
@@ -298,6 +303,7 @@ int flashc_cli_parse_run_options(int argc, char **argv, flashc_cli_options *opt)
                 }
                 break;
             case OPT_NO_CHECK: opt->check = 0; break;
+            case OPT_CHECK_ROWS: rc = parse_int("check-rows", a, 1, 1 << 30, &opt->check_rows); break;
             case OPT_CHECK_HEADS: rc = parse_int("check-heads", a, 1, 1 << 20, &opt->check_heads); break;
             case OPT_FORWARD_ONLY: opt->backward = 0; break;
             case OPT_QUIET: opt->quiet = 1; break;

@@ -46,6 +46,7 @@ typedef struct flashc_cli_options {
     int repeat, warmup;
     int check;                         /* compare sampled rows with the reference */
     int check_heads;                   /* (batch, head) pairs checked in the forward */
+    int check_rows;                    /* query rows checked per pair (last rows) */
     int backward;                      /* also run (and check) the backward */
     int quiet;                         /* no progress lines */
 } flashc_cli_options;
