@@ -23,6 +23,7 @@ typedef struct flashc_cli_check {
     long long rows_checked;   /* query rows compared in the forward */
     long long grad_rows_checked, grad_keys_checked; /* backward: dQ rows, dK/dV rows */
     int pass;
+    const char *skipped;      /* non-NULL: why the check did not run */
 } flashc_cli_check;
 
 /* Compare the host copies of the outputs (fetched after the runs) with the

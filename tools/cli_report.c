@@ -60,6 +60,10 @@ void flashc_cli_report_results(const flashc_cli_problem *p, const flashc_cli_opt
         printf("check     skipped (--no-check)\n");
         return;
     }
+    if (check->skipped) {
+        printf("check     skipped: %s\n", check->skipped);
+        return;
+    }
     printf("check     against the double-precision reference: forward %lld rows of %d (batch, head) pair%s",
            check->rows_checked, opt->check_heads, opt->check_heads == 1 ? "" : "s");
     if (check->ran_backward)
