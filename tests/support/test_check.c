@@ -21,7 +21,19 @@ static int mantissa_bits(flashc_dtype dt) {
 
 double test_allowed_error(flashc_dtype dtype, double naive_err, double ref_max) {
     if (dtype == FLASHC_DTYPE_FLOAT64) return 1e-10 * (ref_max > 1.0 ? ref_max : 1.0);
-    return 2.0 * naive_err + ldexp(ref_max, -mantissa_bits(dtype));
+    /* float32 is not low precision in DESIGN.md's sense: the plain
+     * computation's error there is a few ulp and the FlashAttention
+     * pipeline adds its own, of the same order: probabilities are
+     * recomputed as exp2(s*scale*log2(e) - LSE*log2(e)) with LSE stored in
+     * float32, which puts a relative error of about |LSE| ulp (LSE ~ 2..8
+     * here) on every probability of a row, where the plain softmax
+     * (exp(s - max), then normalised) has about one. Hence 8 ulp at the
+     * largest magnitude on top of twice the plain error; a real defect
+     * (mask, scale, offsets, dropout) shows errors orders of magnitude
+     * larger. Low precision: twice the plain error plus one ulp, since both
+     * round their result to the dtype independently. */
+    double ulps = dtype == FLASHC_DTYPE_FLOAT32 ? 8.0 : 1.0;
+    return 2.0 * naive_err + ulps * ldexp(ref_max, -mantissa_bits(dtype));
 }
 
 /* ---- Error accumulation ----------------------------------------------- */
@@ -29,6 +41,7 @@ double test_allowed_error(flashc_dtype dtype, double naive_err, double ref_max) 
 typedef struct err_acc {
     const char *name;
     double lib_err, naive_err, ref_max;
+    double term_max; /* largest magnitude of the terms summed (see below) */
     int64_t count, nan_count, exact_failures;
     char worst[192];
     char first_problem[192];
@@ -66,18 +79,23 @@ static void acc_exact(err_acc *a, double lib, double want, const char *where) {
 }
 
 static int acc_report(const err_acc *a, const test_case *tc, flashc_dtype eps_dtype) {
+    /* Rounding errors scale with the terms summed, not with the result: a
+     * gradient that cancels to exactly 0 (one visible key: dP - D = 0)
+     * still carries rounding noise of the size of its terms. */
+    double magnitude = a->term_max > a->ref_max ? a->term_max : a->ref_max;
     double allowed = test_allowed_error(tc->cfg.dtype == FLASHC_DTYPE_FLOAT64 ? FLASHC_DTYPE_FLOAT64
                                                                               : eps_dtype,
-                                        a->naive_err, a->ref_max);
+                                        a->naive_err, magnitude);
     int bad = a->nan_count > 0 || a->exact_failures > 0 || a->lib_err > allowed;
     if (!bad) return 0;
     char desc[768];
     test_config_describe(&tc->cfg, desc, sizeof desc);
     fprintf(stderr,
             "FAIL %s [%s] input seed %llu:\n  max err %.3g allowed %.3g (plain %.3g, |ref| max "
-            "%.3g) over %lld elements; worst %s\n  NaN %lld, exact-value failures %lld%s%s\n",
+            "%.3g, terms max %.3g) over %lld elements; worst %s\n  NaN %lld, exact-value "
+            "failures %lld%s%s\n",
             a->name, desc, (unsigned long long)tc->seed, a->lib_err, allowed, a->naive_err,
-            a->ref_max, (long long)a->count, a->worst, (long long)a->nan_count,
+            a->ref_max, a->term_max, (long long)a->count, a->worst, (long long)a->nan_count,
             (long long)a->exact_failures, a->first_problem[0] ? "; first: " : "",
             a->first_problem);
     return 1;
@@ -364,6 +382,8 @@ int test_check_backward(const test_case *tc) {
         double *n_dk = calloc((size_t)(sk * D + 1), sizeof(double));
         double *n_dv = calloc((size_t)(sk * DV + 1), sizeof(double));
         double *ds = calloc((size_t)(sq * sk + 1), sizeof(double));
+        /* |P| (|dP| + |D|) |softcap'|: the magnitude of each dS term */
+        double *ds_terms = calloc((size_t)(sq * sk + 1), sizeof(double));
         for (int64_t hk = 0; hk < c->nheads_k; ++hk) {
             flashc_ref_backward(&tc->bwd, b, hk, r_dq, r_dk, r_dv);
             if (lowp) {
@@ -374,6 +394,7 @@ int test_check_backward(const test_case *tc) {
                     plain_head ph;
                     plain_probabilities(tc, b, h, &seq, &ph);
                     memset(ds, 0, (size_t)(sq * sk + 1) * sizeof(double));
+                    memset(ds_terms, 0, (size_t)(sq * sk + 1) * sizeof(double));
                     for (int64_t i = 0; i < sq; ++i) {
                         if (isinf(ph.lse[i])) continue;
                         double Di = 0.0;
@@ -392,27 +413,38 @@ int test_check_backward(const test_case *tc) {
                                                     seq_get(tc, &tc->v, b, seq.k_start, j, hk, x));
                             double dp = rnd(dt, rnd(dt, dpd) * ph.z[e]);
                             double d = rnd(dt, ph.p[e] * rnd(dt, dp - Di));
-                            if (o->softcap > 0.0) d = rnd(dt, d * rnd(dt, 1.0 - ph.t[e] * ph.t[e]));
+                            double terms = ph.p[e] * (fabs(dp) + fabs(Di));
+                            if (o->softcap > 0.0) {
+                                d = rnd(dt, d * rnd(dt, 1.0 - ph.t[e] * ph.t[e]));
+                                terms *= 1.0 - ph.t[e] * ph.t[e];
+                            }
                             ds[e] = d;
+                            ds_terms[e] = terms;
                         }
                     }
                     for (int64_t i = 0; i < sq; ++i)
                         for (int64_t x = 0; x < D; ++x) {
-                            double acc = 0.0;
-                            for (int64_t j = 0; j < sk; ++j)
-                                if (ds[i * sk + j] != 0.0)
-                                    acc = f32(acc + ds[i * sk + j] *
-                                                        seq_get(tc, &tc->k, b, seq.k_start, j, hk, x));
+                            double acc = 0.0, terms = 0.0;
+                            for (int64_t j = 0; j < sk; ++j) {
+                                double kx = seq_get(tc, &tc->k, b, seq.k_start, j, hk, x);
+                                terms += ds_terms[i * sk + j] * fabs(kx);
+                                if (ds[i * sk + j] != 0.0) acc = f32(acc + ds[i * sk + j] * kx);
+                            }
                             n_dq[(g * sq + i) * D + x] = rnd(dt, scale * rnd(dt, acc));
+                            if (fabs(scale) * terms > a_dq.term_max) a_dq.term_max = fabs(scale) * terms;
                         }
                     for (int64_t j = 0; j < sk; ++j) {
                         for (int64_t x = 0; x < D; ++x) {
-                            double acc = 0.0;
-                            for (int64_t i = 0; i < sq; ++i)
-                                if (ds[i * sk + j] != 0.0)
-                                    acc = f32(acc + ds[i * sk + j] *
-                                                        seq_get(tc, &tc->q, b, seq.q_start, i, h, x));
+                            double acc = 0.0, terms = 0.0;
+                            for (int64_t i = 0; i < sq; ++i) {
+                                double qx = seq_get(tc, &tc->q, b, seq.q_start, i, h, x);
+                                terms += ds_terms[i * sk + j] * fabs(qx);
+                                if (ds[i * sk + j] != 0.0) acc = f32(acc + ds[i * sk + j] * qx);
+                            }
                             n_dk[j * D + x] = f32(n_dk[j * D + x] + rnd(dt, scale * rnd(dt, acc)));
+                            /* per head; a group sum at most G times that */
+                            if (G * fabs(scale) * terms > a_dk.term_max)
+                                a_dk.term_max = G * fabs(scale) * terms;
                         }
                         for (int64_t x = 0; x < DV; ++x) {
                             double acc = 0.0;
@@ -461,6 +493,7 @@ int test_check_backward(const test_case *tc) {
         free(n_dk);
         free(n_dv);
         free(ds);
+        free(ds_terms);
     }
     int fails = acc_report(&a_dq, tc, dt) + acc_report(&a_dk, tc, dt) + acc_report(&a_dv, tc, dt);
     if (c->layout == TEST_LAYOUT_PACKED) {
