@@ -24,9 +24,8 @@ static flashc_cpu_isa flashc_cpu_best_isa(void) {
     flashc_cpu_isa isa = FLASHC_CPU_GENERIC;
 #if defined(FLASHC_CPU_HAVE_X86_VARIANTS)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        isa = FLASHC_CPU_AVX2;
+    /* Every AVX2 processor has F16C too (which some compilers cannot test). */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = FLASHC_CPU_AVX2;
     if (isa == FLASHC_CPU_AVX2 && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq"))
