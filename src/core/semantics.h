@@ -35,14 +35,18 @@ FLASHC_HD void flashc_visible_cols(int64_t row, int64_t sq, int64_t sk,
     *hi = h;
 }
 
-/* Fold `causal` into the window and drop bounds that cannot bind, as
- * flash_attn does: causal forces window_right = 0; a bound >= sk is
- * unbounded. `sk` is the largest key length of the problem. */
-FLASHC_HD void flashc_normalize_window(int causal, int64_t sk,
+/* Fold `causal` into the window (causal forces window_right = 0) and drop
+ * bounds that cannot bind for any row of any sequence of the problem:
+ * the left bound row + sk - sq - left is <= 0 for every row once
+ * left >= sk - 1, the right bound row + sk - sq + right is >= sk - 1 for
+ * every row once right >= sq - 1. `max_sq` / `max_sk` are the largest
+ * query / key lengths. (flash_attn drops right >= sk, which changes the
+ * result when sq > sk + 1; this keeps the rule exact.) */
+FLASHC_HD void flashc_normalize_window(int causal, int64_t max_sq, int64_t max_sk,
                                        int64_t *window_left, int64_t *window_right) {
     if (causal) *window_right = 0;
-    if (*window_left >= sk) *window_left = -1;
-    if (*window_right >= sk) *window_right = -1;
+    if (*window_left >= max_sk - 1 && *window_left >= 0) *window_left = -1;
+    if (*window_right >= max_sq - 1 && *window_right >= 0) *window_right = -1;
 }
 
 /* ---- scores -------------------------------------------------------------- */

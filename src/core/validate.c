@@ -300,7 +300,7 @@ static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k
     p->causal = o->causal != 0;
     p->window_left = o->window_left;
     p->window_right = o->window_right;
-    flashc_normalize_window(p->causal, sk, &p->window_left, &p->window_right);
+    flashc_normalize_window(p->causal, sq, sk, &p->window_left, &p->window_right);
     p->dropout_p = o->dropout_p;
     p->dropout_threshold = flashc_dropout_threshold(o->dropout_p);
     p->dropout_seed = o->dropout_seed;
