@@ -173,8 +173,9 @@ static void fill_values(void *data, flashc_dtype dt, size_t bytes, reader *r, ui
 static void fill_int32(fuzz_tensor *ft, const int32_t *values, int count) {
     if (ft->t.dtype != FLASHC_DTYPE_INT32 || ft->t.rank < 1 || !ft->buffer) return;
     int64_t n = ft->t.shape[0], stride = ft->t.stride[0];
+    if (stride < 0 || stride > (int64_t)BUDGET_BYTES) return; /* invalid or far out: nothing to place */
     for (int64_t i = 0; i < n && i < count; ++i) {
-        uint64_t off = (uint64_t)(i * stride) * 4;
+        uint64_t off = (uint64_t)i * (uint64_t)stride * 4;
         if (off + 4 <= ft->bytes) memcpy((char *)ft->buffer + off, &values[i], 4);
     }
 }
@@ -254,14 +255,15 @@ static void make_strided(fuzz_tensor *ft, int64_t pad) {
 
 static void build_problem(fuzz_case *c, reader *r, int backward) {
     memset(c, 0, sizeof *c);
+    /* Zero bytes (an exhausted input) decode to a small valid problem. */
     uint8_t flags = rd_u8(r);
     c->varlen = flags & 1;
-    int64_t b = rd_below(r, 4) + (c->varlen ? 0 : 0);
-    int64_t sq = rd_below(r, 10), sk = rd_below(r, 10);
-    int64_t h = 1 + rd_below(r, 4);
+    int64_t b = (1 + rd_u8(r)) % 4;
+    int64_t sq = (3 + rd_u8(r)) % 10, sk = (5 + rd_u8(r)) % 10;
+    int64_t h = 1 + (1 + rd_u8(r)) % 4;
     int64_t hk = 1 + rd_below(r, (int)h);
     uint8_t dsel = rd_u8(r);
-    int64_t d = dsel < 240 ? 1 + dsel % 16 : 250 + dsel % 10;
+    int64_t d = dsel < 240 ? 1 + (dsel + 7) % 16 : 250 + dsel % 10;
     uint8_t dvsel = rd_u8(r);
     int64_t dv = dvsel < 128 ? d : (dvsel < 250 ? 1 + dvsel % 16 : 250 + dvsel % 10);
     flashc_dtype dt = (flashc_dtype)rd_below(r, 4);
@@ -271,7 +273,7 @@ static void build_problem(fuzz_case *c, reader *r, int backward) {
     if (c->varlen) {
         c->cu_q[0] = c->cu_k[0] = 0;
         for (int64_t i = 0; i < b; ++i) {
-            int32_t lq = rd_below(r, 8), lk = rd_below(r, 8);
+            int32_t lq = (3 + rd_u8(r)) % 8, lk = (5 + rd_u8(r)) % 8;
             c->cu_q[i + 1] = c->cu_q[i] + lq;
             c->cu_k[i + 1] = c->cu_k[i] + lk;
             c->seqused[i] = rd_below(r, lk + 1);
@@ -412,6 +414,28 @@ static void fail(const char *what, flashc_status st) {
     abort();
 }
 
+/* FLASHC_FUZZ_STATS=1: print how often each status came back, to see
+ * that the inputs reach the kernels and not only the validator. */
+static long status_counts[3][FLASHC_ERROR_BACKEND + 1];
+static int stats_registered;
+
+static void print_stats(void) {
+    static const char *names[3] = {"forward", "backward", "workspace_size"};
+    for (int e = 0; e < 3; ++e) {
+        fprintf(stderr, "fuzz_api stats %-14s", names[e]);
+        for (int st = 0; st <= FLASHC_ERROR_BACKEND; ++st) fprintf(stderr, " %ld", status_counts[e][st]);
+        fprintf(stderr, "   (counts by status 0..%d)\n", FLASHC_ERROR_BACKEND);
+    }
+}
+
+static void count_status(int entry, flashc_status st) {
+    if (!stats_registered) {
+        stats_registered = 1;
+        if (getenv("FLASHC_FUZZ_STATS")) atexit(print_stats);
+    }
+    if ((int)st >= 0 && (int)st <= FLASHC_ERROR_BACKEND) status_counts[entry][st]++;
+}
+
 static void check_result(fuzz_case *c, flashc_status st) {
     if ((int)st < (int)FLASHC_SUCCESS || (int)st > (int)FLASHC_ERROR_BACKEND) fail("unknown status", st);
     const char *msg = flashc_last_error_message();
@@ -460,7 +484,9 @@ static void fuzz_forward(reader *r) {
         a.varlen = varlen_args(&c);
         a.options = c.opt;
         a.options.alibi_slopes = desc(&c, S_ALIBI);
-        check_result(&c, flashc_attention_forward(rd_u8(r) == 0xFF ? NULL : &a));
+        flashc_status st = flashc_attention_forward(rd_u8(r) == 0xFF ? NULL : &a);
+        count_status(0, st);
+        check_result(&c, st);
     }
     release(&c);
 }
@@ -493,6 +519,7 @@ static void fuzz_backward(reader *r, int query_only) {
     uint8_t sel = rd_u8(r);
     flashc_status st = flashc_attention_backward_workspace_size(sel == 0xFF ? NULL : &a, sel == 0xFE ? NULL : &need);
     /* The query writes nothing into tensors either. */
+    count_status(2, st);
     check_result(&c, st);
     if (query_only || c.oversized) {
         release(&c);
@@ -503,14 +530,16 @@ static void fuzz_backward(reader *r, int query_only) {
     size_t ws_bytes = need;
     uint8_t w = rd_u8(r);
     if (st != FLASHC_SUCCESS || need > BUDGET_BYTES) ws_bytes = rd_below(r, 256);
-    else if (w < 32) ws_bytes = need > 0 ? need - 1 - (size_t)rd_below(r, (int)(need < 64 ? need : 64)) : 0;
-    else if (w < 48) ws_bytes = need + (size_t)rd_below(r, 64);
+    else if (w >= 224) ws_bytes = need > 0 ? need - 1 - (size_t)rd_below(r, (int)(need < 64 ? need : 64)) : 0;
+    else if (w >= 208) ws_bytes = need + (size_t)rd_below(r, 64);
     void *ws = malloc(ws_bytes ? ws_bytes : 1);
     if (!ws) abort();
     memset(ws, 0xA5, ws_bytes);
-    a.workspace = w >= 48 && w < 56 ? NULL : ws;
+    a.workspace = w >= 200 && w < 208 ? NULL : ws;
     a.workspace_bytes = ws_bytes;
-    check_result(&c, flashc_attention_backward(&a));
+    flashc_status bst = flashc_attention_backward(&a);
+    count_status(1, bst);
+    check_result(&c, bst);
     free(ws);
     release(&c);
 }
