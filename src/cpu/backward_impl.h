@@ -3,10 +3,11 @@
  * Recomputation, partitioned over (sequence, kv head, key-tile chunk):
  * chunk c of a (sequence, kv head) owns the key tiles c, c + nchunks, ...
  * (round-robin, so causal work spreads evenly). For each owned key tile
- * the task walks every query head of the group and every row tile that
- * sees the key tile, recomputes P from the saved LSE, and accumulates dK
- * and dV in registers-backed tiles it owns, and its dQ contribution into
- * its own workspace partial. Partials are summed in chunk order at the end
+ * the task walks every query head of the group and every row tile, packs
+ * the tile's query side once, and meets it with each of its key tiles the
+ * tile sees: P is recomputed from the saved LSE, dK and dV accumulate in
+ * the task's own workspace rows, dQ in a tile that is added once to the
+ * chunk's own workspace partial. Partials are summed in chunk order at the end
  * (workspace.h), so the result does not depend on the thread count. */
 #ifndef FLASHC_CPU_BACKWARD_IMPL_H
 #define FLASHC_CPU_BACKWARD_IMPL_H
@@ -19,13 +20,13 @@
 #include "workspace.h"
 
 typedef struct fc_bwd_scratch {
-    real *Qt, *Q, *dOt, *dO, *K, *V, *dK, *dV, *P, *dP, *Pd, *T, *dQ, *lse2, *dsum;
+    real *Qt, *Q, *dOt, *dO, *K, *V, *P, *dP, *Pd, *T, *dQ, *lse2, *dsum;
     real *row_a, *row_b;
 } fc_bwd_scratch;
 
 #define FC_BWD_FIELDS(X)                                                                      \
     X(Qt, d *FC_BM) X(Q, FC_BM *dp) X(dOt, dv *FC_BM) X(dO, FC_BM *dvp) X(K, FC_BN *dp)         \
-    X(V, FC_BN *dv) X(dK, FC_BN *dp) X(dV, FC_BN *dvp) X(P, FC_BN *FC_BM) X(dP, FC_BN *FC_BM) \
+    X(V, FC_BN *dv) X(P, FC_BN *FC_BM) X(dP, FC_BN *FC_BM)                                     \
     X(Pd, FC_BN *FC_BM) X(T, FC_BN *FC_BM) X(dQ, FC_BM *dp) X(lse2, FC_BM) X(dsum, FC_BM)     \
     X(row_a, dmax) X(row_b, dmax)
 
@@ -115,33 +116,45 @@ static void fc_bwd_zero_unused_keys(const flashc_problem *p) {
     }
 }
 
-/* One (row tile, key tile) pair: accumulate into s->dK, s->dV and the
- * chunk's dQ partial. Returns without work when the mask hides the pair. */
-static void fc_bwd_pair(const flashc_problem *p, fc_tile_ctx *t, const flashc_seq_info *seq,
-                        const flashc_cpu_bwd_layout *L, real *dq_partial, fc_bwd_scratch *s) {
-    int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d), dvp = fc_round_vl(dv);
-    int64_t lo_first, hi_first, lo_last, hi_last;
-    flashc_visible_cols(t->r0, t->sq, t->sk, p->window_left, p->window_right, &lo_first, &hi_first);
-    flashc_visible_cols(t->r0 + t->rows - 1, t->sq, t->sk, p->window_left, p->window_right, &lo_last,
-                        &hi_last);
-    if (hi_last <= lo_first || t->c0 >= hi_last || t->c0 + t->cols <= lo_first) return;
+/* The query side of one row tile, shared by every key tile it meets. */
+typedef struct fc_bwd_rows {
+    fc_panel Q, dO;      /* natural layout (B operands of dK, dV) */
+    int64_t ws_row0;     /* workspace row of the tile's first row */
+} fc_bwd_rows;
 
+static fc_bwd_rows fc_bwd_load_rows(const flashc_problem *p, const fc_tile_ctx *t,
+                                    const flashc_seq_info *seq, const flashc_cpu_bwd_layout *L,
+                                    fc_bwd_scratch *s) {
+    int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d), dvp = fc_round_vl(dv);
     int64_t b = t->b, h = t->h, row0 = seq->q_start + t->r0;
+    fc_bwd_rows r;
     fc_pack_rows_transposed(s->Qt, &p->q, b, row0, t->rows, h, d, fc_query_scale(p), s->row_a);
-    fc_pack_rows(s->Q, dp, FC_BM, &p->q, b, row0, t->rows, h, d, 1);
     fc_pack_rows_transposed(s->dOt, &p->dout, b, row0, t->rows, h, dv, 1, s->row_a);
-    fc_pack_rows(s->dO, dvp, FC_BM, &p->dout, b, row0, t->rows, h, dv, 1);
+    r.Q = fc_tile_panel(s->Q, dp, FC_BM, &p->q, b, row0, t->rows, h, d, 1);
+    r.dO = fc_tile_panel(s->dO, dvp, FC_BM, &p->dout, b, row0, t->rows, h, dv, 1);
     const real *lse2 = fc_ws_region(p, L->lse2_offset) + h * p->total_q;
     const real *dsum = fc_ws_region(p, L->dsum_offset) + h * p->total_q;
-    int64_t ws_row0 = fc_ws_row(p, b, seq, t->r0);
+    r.ws_row0 = fc_ws_row(p, b, seq, t->r0);
     for (int64_t i = 0; i < FC_BM; ++i) {
         /* Padding rows: P = exp2(s - inf) = 0, so they add nothing. */
-        s->lse2[i] = i < t->rows ? lse2[ws_row0 + i] : (real)INFINITY;
-        s->dsum[i] = i < t->rows ? dsum[ws_row0 + i] : 0;
+        s->lse2[i] = i < t->rows ? lse2[r.ws_row0 + i] : (real)INFINITY;
+        s->dsum[i] = i < t->rows ? dsum[r.ws_row0 + i] : 0;
     }
+    return r;
+}
+
+/* One (row tile, key tile) pair: dK, dV accumulate into the task's rows of
+ * the workspace (ldk, ldv), dQ into s->dQ (overwritten when `first`). */
+static void fc_bwd_pair(const flashc_problem *p, const fc_tile_ctx *t, const flashc_seq_info *seq,
+                        int64_t hk, const fc_bwd_rows *rows, real *dK, ptrdiff_t ldk, real *dV,
+                        ptrdiff_t ldv, int first, fc_bwd_scratch *s) {
+    int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d), dvp = fc_round_vl(dv);
+    int64_t key_row0 = seq->k_start + t->c0;
+    fc_panel K = fc_tile_panel(s->K, dp, FC_BN, &p->k, t->b, key_row0, t->cols, hk, d, 1);
+    fc_panel V = fc_tile_panel(s->V, dv, FC_BN, &p->v, t->b, key_row0, t->cols, hk, dv, 0);
 
     /* P = exp2(logit - LSE2), masked entries 0. */
-    fc_gemm(FC_BN, FC_BM, (int)d, s->K, dp, 1, s->Qt, FC_BM, s->P, FC_BM, 0);
+    fc_gemm(FC_BN, FC_BM, (int)d, K.data, K.ld, 1, s->Qt, FC_BM, s->P, FC_BM, 0);
     int softcap = p->softcap > 0;
     fc_tile_logits(s->P, softcap ? s->T : NULL, t);
     if (!fc_tile_fully_visible(p, t)) fc_tile_mask(s->P, p, t);
@@ -150,7 +163,7 @@ static void fc_bwd_pair(const flashc_problem *p, fc_tile_ctx *t, const flashc_se
             vstore(s->P + j * FC_BM + iv, vexp2(vload(s->P + j * FC_BM + iv) - vload(s->lse2 + iv)));
 
     /* dP = dO V^T; with dropout, P_dropped and dP_dropped. */
-    fc_gemm(FC_BN, FC_BM, (int)dv, s->V, dv, 1, s->dOt, FC_BM, s->dP, FC_BM, 0);
+    fc_gemm(FC_BN, FC_BM, (int)dv, V.data, V.ld, 1, s->dOt, FC_BM, s->dP, FC_BM, 0);
     const real *Pdrop = s->P;
     if (p->dropout_p > 0) {
         real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));
@@ -160,7 +173,7 @@ static void fc_bwd_pair(const flashc_problem *p, fc_tile_ctx *t, const flashc_se
     }
 
     /* dV += P_dropped^T dO. */
-    fc_gemm(FC_BN, (int)dvp, FC_BM, Pdrop, FC_BM, 1, s->dO, dvp, s->dV, dvp, 1);
+    fc_gemm(FC_BN, (int)dvp, FC_BM, Pdrop, FC_BM, 1, rows->dO.data, rows->dO.ld, dV, ldv, 1);
 
     /* dS = P (dP - D) (softcap: times 1 - tanh^2), times the softmax scale:
      * the gradient w.r.t. the raw dot products. */
@@ -171,53 +184,70 @@ static void fc_bwd_pair(const flashc_problem *p, fc_tile_ctx *t, const flashc_se
             vr ds = vload(s->P + at) * (vload(s->dP + at) - vload(s->dsum + iv)) * scale;
             if (softcap) {
                 vr th = vload(s->T + at);
-                ds = ds * (1 - th * th);
+                ds = ds * ((real)1 - th * th);
             }
             vstore(s->dP + at, ds);
         }
 
-    /* dK += dS^T Q;  dQ partial += dS K. */
-    fc_gemm(FC_BN, (int)dp, FC_BM, s->dP, FC_BM, 1, s->Q, dp, s->dK, dp, 1);
-    fc_gemm(FC_BM, (int)dp, FC_BN, s->dP, 1, FC_BM, s->K, dp, s->dQ, dp, 0);
-    for (int64_t i = 0; i < t->rows; ++i) {
-        real *dst = dq_partial + ((ws_row0 + i) * p->nheads + h) * d;
-        const real *src = s->dQ + i * dp;
-        for (int64_t x = 0; x < d; ++x) dst[x] += src[x];
-    }
+    /* dK += dS^T Q;  dQ (+)= dS K. */
+    fc_gemm(FC_BN, (int)dp, FC_BM, s->dP, FC_BM, 1, rows->Q.data, rows->Q.ld, dK, ldk, 1);
+    fc_gemm(FC_BM, (int)dp, FC_BN, s->dP, 1, FC_BM, K.data, K.ld, s->dQ, dp, !first);
 }
 
 static void fc_bwd_task(const flashc_problem *p, const flashc_cpu_bwd_layout *L, int64_t b,
                         int64_t hk, int64_t chunk, fc_bwd_scratch *s) {
     flashc_seq_info seq = flashc_problem_seq(p, b);
-    int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d), dvp = fc_round_vl(dv);
-    int64_t group = p->nheads / p->nheads_k;
+    int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d);
+    int64_t group = p->nheads / p->nheads_k, nchunks = L->nchunks;
     int64_t key_tiles = (seq.sk + FC_BN - 1) / FC_BN;
     int64_t row_tiles = (seq.sq + FC_BM - 1) / FC_BM;
+    if (chunk >= key_tiles) return;
     real *dq_partial = fc_ws_region(p, L->dq_offset) + chunk * p->total_q * p->nheads * d;
-    for (int64_t kb = chunk; kb < key_tiles; kb += L->nchunks) {
-        fc_tile_ctx t = fc_make_ctx(p, b, hk * group, &seq, 0);
-        fc_set_key_tile(&t, kb);
-        int64_t key_row0 = seq.k_start + t.c0;
-        fc_pack_rows(s->K, dp, FC_BN, &p->k, b, key_row0, t.cols, hk, d, 1);
-        fc_pack_rows(s->V, dv, FC_BN, &p->v, b, key_row0, t.cols, hk, dv, 1);
-        memset(s->dK, 0, sizeof(real) * FC_BN * dp);
-        memset(s->dV, 0, sizeof(real) * FC_BN * dvp);
-        for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-            t.h = h;
-            t.alibi_slope = flashc_problem_alibi_slope(p, b, h);
-            for (int64_t rb = 0; rb < row_tiles; ++rb) {
-                t.r0 = rb * FC_BM;
-                t.rows = seq.sq - t.r0 < FC_BM ? seq.sq - t.r0 : FC_BM;
-                fc_bwd_pair(p, &t, &seq, L, dq_partial, s);
+    /* This task's accumulator rows: key j of the sequence at row key_row + j. */
+    int64_t key_row = flashc_cpu_bwd_key_row(p, b);
+    ptrdiff_t ldk = (ptrdiff_t)(p->nheads_k * L->ld_dk), ldv = (ptrdiff_t)(p->nheads_k * L->ld_dv);
+    real *dK = fc_ws_region(p, L->dk_offset) + key_row * ldk + hk * L->ld_dk;
+    real *dV = fc_ws_region(p, L->dv_offset) + key_row * ldv + hk * L->ld_dv;
+    for (int64_t kb = chunk; kb < key_tiles; kb += nchunks)
+        for (int64_t j = kb * FC_BN; j < (kb + 1) * FC_BN; ++j) {
+            memset(dK + j * ldk, 0, sizeof(real) * (size_t)L->ld_dk);
+            memset(dV + j * ldv, 0, sizeof(real) * (size_t)L->ld_dv);
+        }
+
+    for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        fc_tile_ctx t = fc_make_ctx(p, b, h, &seq, 0);
+        for (int64_t rb = 0; rb < row_tiles; ++rb) {
+            t.r0 = rb * FC_BM;
+            t.rows = seq.sq - t.r0 < FC_BM ? seq.sq - t.r0 : FC_BM;
+            int64_t kb0, kb1;
+            fc_visible_key_tiles(p, &t, &kb0, &kb1);
+            /* First key tile of this chunk at or after kb0. */
+            int64_t kb = kb0 + ((chunk - kb0) % nchunks + nchunks) % nchunks;
+            if (kb >= kb1) continue;
+            fc_bwd_rows rows = fc_bwd_load_rows(p, &t, &seq, L, s);
+            for (int first = 1; kb < kb1; kb += nchunks, first = 0) {
+                fc_set_key_tile(&t, kb);
+                fc_bwd_pair(p, &t, &seq, hk, &rows, dK + t.c0 * ldk, ldk, dV + t.c0 * ldv, ldv,
+                            first, s);
+            }
+            for (int64_t i = 0; i < t.rows; ++i) {
+                real *dst = dq_partial + ((rows.ws_row0 + i) * p->nheads + h) * d;
+                const real *src = s->dQ + i * dp;
+                for (int64_t x = 0; x < d; ++x) dst[x] += src[x];
             }
         }
-        for (int64_t j = 0; j < t.cols; ++j) {
-            fc_store_row((char *)p->dk.data + fc_seq_offset(&p->dk, b, key_row0 + j, hk) *
+    }
+
+    for (int64_t kb = chunk; kb < key_tiles; kb += nchunks) {
+        int64_t c0 = kb * FC_BN, cols = seq.sk - c0 < FC_BN ? seq.sk - c0 : FC_BN;
+        for (int64_t j = c0; j < c0 + cols; ++j) {
+            int64_t row = seq.k_start + j;
+            fc_store_row((char *)p->dk.data + fc_seq_offset(&p->dk, b, row, hk) *
                                                   (int64_t)flashc_dtype_size(p->dk.dtype),
-                         p->dk.dtype, s->dK + j * dp, d, 1);
-            fc_store_row((char *)p->dv.data + fc_seq_offset(&p->dv, b, key_row0 + j, hk) *
+                         p->dk.dtype, dK + j * ldk, d, 1);
+            fc_store_row((char *)p->dv.data + fc_seq_offset(&p->dv, b, row, hk) *
                                                   (int64_t)flashc_dtype_size(p->dv.dtype),
-                         p->dv.dtype, s->dV + j * dvp, dv, 1);
+                         p->dv.dtype, dV + j * ldv, dv, 1);
         }
     }
 }

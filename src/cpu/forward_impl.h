@@ -86,8 +86,8 @@ static void fc_visible_key_tiles(const flashc_problem *p, const fc_tile_ctx *t, 
 static void fc_fwd_logit_tile(const flashc_problem *p, const fc_tile_ctx *t, int64_t hk,
                               const flashc_seq_info *seq, fc_fwd_scratch *s) {
     int64_t d = p->head_dim;
-    fc_pack_rows(s->K, d, FC_BN, &p->k, t->b, seq->k_start + t->c0, t->cols, hk, d, 1);
-    fc_gemm(FC_BN, FC_BM, (int)d, s->K, d, 1, s->Qt, FC_BM, s->S, FC_BM, 0);
+    fc_panel k = fc_tile_panel(s->K, d, FC_BN, &p->k, t->b, seq->k_start + t->c0, t->cols, hk, d, 0);
+    fc_gemm(FC_BN, FC_BM, (int)d, k.data, k.ld, 1, s->Qt, FC_BM, s->S, FC_BM, 0);
     fc_tile_logits(s->S, NULL, t);
     if (!fc_tile_fully_visible(p, t)) fc_tile_mask(s->S, p, t);
 }
@@ -157,7 +157,7 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
     for (int64_t kb = kb0; kb < kb1; ++kb) {
         fc_set_key_tile(&t, kb);
         fc_fwd_logit_tile(p, &t, hk, &seq, s);
-        fc_pack_rows(s->V, dvp, FC_BN, &p->v, b, seq.k_start + t.c0, t.cols, hk, dv, 1);
+        fc_panel v = fc_tile_panel(s->V, dvp, FC_BN, &p->v, b, seq.k_start + t.c0, t.cols, hk, dv, 1);
 
         /* Online softmax, vectorised over the rows. */
         for (int iv = 0; iv < FC_BM; iv += VL) {
@@ -186,7 +186,7 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
                 for (int64_t x = 0; x < dvp; ++x) o[x] *= a;
             }
         }
-        fc_gemm(FC_BM, (int)dvp, FC_BN, s->S, 1, FC_BM, s->V, dvp, s->O, dvp, 1);
+        fc_gemm(FC_BM, (int)dvp, FC_BN, s->S, 1, FC_BM, v.data, v.ld, s->O, dvp, 1);
     }
 
     real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));

@@ -61,6 +61,37 @@ static void fc_pack_rows(real *dst, int64_t ld, int64_t rows_pad, const flashc_s
     }
 }
 
+#if FLASHC_CPU_REAL_DOUBLE
+#define FC_NATIVE_DTYPE FLASHC_DTYPE_FLOAT64
+#else
+#define FC_NATIVE_DTYPE FLASHC_DTYPE_FLOAT32
+#endif
+
+/* A tile of rows of a sequence tensor as a real panel (element (i, x) at
+ * data[i * ld + x]). When the tensor already holds reals and the tile has
+ * all `rows_pad` rows, the panel is the tensor itself (no copy; row_stride
+ * as ld); `vector_rows` also asks that rows be read as whole vectors, which
+ * needs n % VL == 0. Otherwise the rows are packed into dst (ld_packed). */
+typedef struct fc_panel {
+    const real *data;
+    ptrdiff_t ld;
+} fc_panel;
+
+static fc_panel fc_tile_panel(real *dst, int64_t ld_packed, int64_t rows_pad,
+                              const flashc_seq_tensor *t, int64_t b, int64_t row0, int64_t rows,
+                              int64_t h, int64_t n, int vector_rows) {
+    fc_panel panel;
+    if (t->dtype == FC_NATIVE_DTYPE && rows == rows_pad && (!vector_rows || n % VL == 0)) {
+        panel.data = (const real *)t->data + fc_seq_offset(t, b, row0, h);
+        panel.ld = (ptrdiff_t)t->row_stride;
+    } else {
+        fc_pack_rows(dst, ld_packed, rows_pad, t, b, row0, rows, h, n, 1);
+        panel.data = dst;
+        panel.ld = (ptrdiff_t)ld_packed;
+    }
+    return panel;
+}
+
 /* The same rows transposed: dst[x * FC_BM + i], x < n, i < FC_BM (rows
  * beyond `rows` zero). */
 static void fc_pack_rows_transposed(real *dst, const flashc_seq_tensor *t, int64_t b, int64_t row0,

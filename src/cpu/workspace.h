@@ -2,15 +2,20 @@
  * kernels. Everything depends on the problem's shape only (never on the
  * thread count or the SIMD variant):
  *
- *   lse2   [nheads][total_q]            LSE in log2 units (+inf kept)
- *   dsum   [nheads][total_q]            D = rowsum(dO * O) - dLSE
- *   dq     [nchunks][total_q][nheads][d] per-chunk dQ partial sums
+ *   lse2   [nheads][total_q]              LSE in log2 units (+inf kept)
+ *   dsum   [nheads][total_q]              D = rowsum(dO * O) - dLSE
+ *   dq     [nchunks][total_q][nheads][d]  per-chunk dQ partial sums
+ *   dk     [key_rows][nheads_k][ld_dk]    dK accumulators
+ *   dv     [key_rows][nheads_k][ld_dv]    dV accumulators
  *
  * in the accumulation type (float, or double for float64 inputs), each
  * region 64-byte aligned. Key tiles are dealt round-robin to `nchunks`
  * chunks per (sequence, kv head); a chunk owns its dK/dV rows outright and
  * its own dQ partial, and the partials are summed in chunk order at the
- * end, so the result is bit-identical whatever the thread count. */
+ * end, so the result is bit-identical whatever the thread count.
+ * The dK/dV accumulator rows of sequence b start at
+ * flashc_padded_row_offset(first key row of b, b, FLASHC_CPU_BWD_KEY_TILE),
+ * so whole key tiles of one sequence never reach the next one's rows. */
 #ifndef FLASHC_CPU_WORKSPACE_H
 #define FLASHC_CPU_WORKSPACE_H
 
@@ -18,6 +23,7 @@
 #include <stdint.h>
 
 #include "core/problem.h"
+#include "core/semantics.h"
 
 /* Key columns per backward key tile (the kernels' FC_BN). */
 #define FLASHC_CPU_BWD_KEY_TILE 64
@@ -30,8 +36,16 @@
 typedef struct flashc_cpu_bwd_layout {
     int64_t nchunks;
     size_t elem;        /* bytes of the accumulation type */
-    size_t lse2_offset, dsum_offset, dq_offset, bytes;
+    int64_t key_rows;   /* padded rows of the dK/dV accumulators */
+    int64_t ld_dk, ld_dv;
+    size_t lse2_offset, dsum_offset, dq_offset, dk_offset, dv_offset, bytes;
 } flashc_cpu_bwd_layout;
+
+/* Accumulator row of the first key of sequence b. */
+static inline int64_t flashc_cpu_bwd_key_row(const flashc_problem *p, int64_t b) {
+    int64_t first = p->is_varlen ? (int64_t)p->cu_seqlens_k[b] : b * p->seqlen_k;
+    return flashc_padded_row_offset(first, b, FLASHC_CPU_BWD_KEY_TILE);
+}
 
 static inline size_t flashc_cpu_align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -53,7 +67,16 @@ static inline flashc_cpu_bwd_layout flashc_cpu_bwd_layout_of(const flashc_proble
     L.lse2_offset = 0;
     L.dsum_offset = flashc_cpu_align64(rows * L.elem);
     L.dq_offset = L.dsum_offset + flashc_cpu_align64(rows * L.elem);
-    L.bytes = L.dq_offset + flashc_cpu_align64((size_t)nchunks * (size_t)dq_bytes);
+    int64_t keys = p->is_varlen ? p->total_k : p->batch * p->seqlen_k;
+    L.key_rows = flashc_padded_rows(keys, p->batch, FLASHC_CPU_BWD_KEY_TILE);
+    /* Rows padded to 16 elements: a whole number of vectors in every variant. */
+    L.ld_dk = flashc_round_up(p->head_dim, 16);
+    L.ld_dv = flashc_round_up(p->head_dim_v, 16);
+    L.dk_offset = L.dq_offset + flashc_cpu_align64((size_t)nchunks * (size_t)dq_bytes);
+    L.dv_offset = L.dk_offset +
+        flashc_cpu_align64((size_t)(L.key_rows * p->nheads_k * L.ld_dk) * L.elem);
+    L.bytes = L.dv_offset +
+        flashc_cpu_align64((size_t)(L.key_rows * p->nheads_k * L.ld_dv) * L.elem);
     if (L.bytes == 0) L.bytes = 64;
     return L;
 }
