@@ -21,7 +21,11 @@
  *
  * Oracles besides the sanitizers: a failing call returns a known status,
  * leaves a non-empty message and writes no output; a successful call
- * leaves the message empty. */
+ * leaves the message empty.
+ *
+ * tests/fuzz/seeds holds one short input per entry point: an input that
+ * runs out of bytes decodes to a small valid problem, so short seeds reach
+ * the kernels. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

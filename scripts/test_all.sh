@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Every test of flashc in one command:
+#   1. Release build (gcc or $CC) + the whole ctest suite;
+#   2. ASan + UBSan build with clang + the suite in quick mode;
+#   3. the libFuzzer target (clang) for a bounded time.
+# Each step is one block below: add a step by adding a block and its name
+# to STEPS. Exit status is non-zero when any step failed; the last line is
+# a summary.
+#
+# Environment: JOBS (parallel build jobs, default 2), FUZZ_SECONDS (default
+# 60), FLASHC_CUDA (AUTO/ON/OFF, default AUTO), BUILD_PREFIX (directory for
+# the build trees, default the repository root).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+JOBS="${JOBS:-2}"
+FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
+CUDA_MODE="${FLASHC_CUDA:-AUTO}"
+PREFIX="${BUILD_PREFIX:-$ROOT}"
+
+step_release() {
+    local dir="$PREFIX/build-ci"
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DFLASHC_CUDA="$CUDA_MODE" &&
+    cmake --build "$dir" -j "$JOBS" &&
+    ctest --test-dir "$dir" --output-on-failure
+}
+
+step_sanitize() {
+    local dir="$PREFIX/build-ci-asan"
+    CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHC_SANITIZE=ON \
+        -DFLASHC_CUDA=OFF &&
+    cmake --build "$dir" -j "$JOBS" &&
+    FLASHC_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        ctest --test-dir "$dir" --output-on-failure
+}
+
+step_fuzz() {
+    local dir="$PREFIX/build-ci-fuzz"
+    CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHC_SANITIZE=ON \
+        -DFLASHC_FUZZ=ON -DFLASHC_BUILD_TESTS=OFF -DFLASHC_BUILD_TOOLS=OFF -DFLASHC_CUDA=OFF &&
+    cmake --build "$dir" -j "$JOBS" --target flashc_fuzz_api || return 1
+    mkdir -p "$dir/corpus" "$dir/artifacts"
+    # Seed inputs checked in with the target, then a bounded run; any crash
+    # or sanitizer report stops it with a non-zero status and leaves the
+    # reproducer in $dir/artifacts.
+    "$dir/flashc_fuzz_api" -max_total_time="$FUZZ_SECONDS" -max_len=256 -len_control=0 \
+        -print_final_stats=1 -artifact_prefix="$dir/artifacts/" \
+        "$dir/corpus" "$ROOT/tests/fuzz/seeds"
+}
+
+STEPS=(release sanitize fuzz)
+
+declare -A RESULT
+declare -A SECONDS_TAKEN
+failed=0
+for step in "${STEPS[@]}"; do
+    echo "=== test_all: step '$step' ==="
+    start=$(date +%s)
+    if "step_$step"; then RESULT[$step]=pass; else RESULT[$step]=FAIL; failed=1; fi
+    SECONDS_TAKEN[$step]=$(( $(date +%s) - start ))
+    echo "=== test_all: step '$step': ${RESULT[$step]} (${SECONDS_TAKEN[$step]} s) ==="
+done
+
+summary=""
+for step in "${STEPS[@]}"; do summary+=" $step=${RESULT[$step]}(${SECONDS_TAKEN[$step]}s)"; done
+if [ "$failed" -eq 0 ]; then
+    echo "test_all: PASS:$summary"
+else
+    echo "test_all: FAIL:$summary"
+fi
+exit "$failed"
