@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <omp.h>
+
 #include "common/host_data.h"
 #include "common/measure.h"
 #include "flashc.h"
@@ -352,9 +354,12 @@ int main(int argc, char **argv) {
     cpu_model(model, sizeof model);
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
-    printf("# flashc_bench  flashc %s  %s\n# cpu: %s\n# compiler: %s\n", flashc_version(), date, model,
-#ifdef __VERSION__
-           __VERSION__
+    printf("# flashc_bench  flashc %s  %s\n# cpu: %s (%d OpenMP threads available)\n# compiler of this program: %s\n",
+           flashc_version(), date, model, omp_get_num_procs(),
+#if defined(__clang__)
+           "clang " __clang_version__
+#elif defined(__GNUC__)
+           "gcc " __VERSION__
 #else
            "unknown"
 #endif
