@@ -106,6 +106,26 @@ static void tile_lengths(void **state) {
     test_run_cases("varlen lengths at tile boundaries", cfgs, n, 1);
 }
 
+/* Windows at the sizes where a bound stops binding, for sequences of
+ * different lengths (so per-sequence and maximum lengths differ). */
+static void window_bounds(void **state) {
+    (void)state;
+    static const int64_t lq[4] = {17, 3, 20, 7}, lk[4] = {1, 12, 7, 20};
+    static const int64_t windows[][2] = {{0, 15}, {0, 16}, {0, 19}, {0, 20}, {6, -1}, {11, -1},
+                                         {19, -1}, {20, 0}, {-1, 1}, {5, 6}};
+    test_config cfgs[16];
+    int n = 0;
+    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; ++w) {
+        test_config c = varlen_base(FLASHC_DTYPE_FLOAT64, 4, lq, lk);
+        c.d = c.dv = 8;
+        c.options.window_left = windows[w][0];
+        c.options.window_right = windows[w][1];
+        c.with_dlse = 1;
+        cfgs[n++] = c;
+    }
+    test_run_cases("varlen windows at the binding limits", cfgs, n, 1);
+}
+
 static void layouts(void **state) {
     (void)state;
     static const int64_t lq[4] = {9, 0, 33, 17}, lk[4] = {9, 0, 33, 17};
@@ -159,7 +179,8 @@ static void dtypes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(empty_sequences), cmocka_unit_test(seqused_k),
-        cmocka_unit_test(tile_lengths),    cmocka_unit_test(layouts),
+        cmocka_unit_test(tile_lengths),    cmocka_unit_test(window_bounds),
+        cmocka_unit_test(layouts),
         cmocka_unit_test(dtypes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -92,6 +92,30 @@ int grid_sequence_lengths(test_config *cfgs, flashc_dtype dtype) {
             cfgs[n++] = c;
         }
     }
+    /* Windows right at the sizes where a bound stops binding (right vs
+     * sq - 1, left vs sk - 1), sq > sk and sq < sk: an implementation
+     * that drops a bound too early (e.g. right >= sk) shows up here. */
+    static const int64_t window_shapes[][2] = {{17, 1}, {20, 7}, {7, 20}};
+    for (size_t p = 0; p < sizeof window_shapes / sizeof window_shapes[0]; ++p) {
+        int64_t sq = window_shapes[p][0], sk = window_shapes[p][1];
+        const int64_t rights[3] = {sq - 2, sq - 1, sk}, lefts[3] = {sk - 2, sk - 1, sq};
+        for (int r = 0; r < 3; ++r) {
+            test_config c = base(dtype);
+            c.nheads = 2;
+            c.nheads_k = 1;
+            c.d = c.dv = 8;
+            c.seqlen_q = sq;
+            c.seqlen_k = sk;
+            c.options.window_left = lefts[r] < 0 ? 0 : lefts[r];
+            c.options.window_right = rights[r] < 0 ? 0 : rights[r];
+            cfgs[n++] = c;
+            c.options.window_left = r == 0 ? -1 : 1; /* right bound alone */
+            cfgs[n++] = c;
+            c.options.window_left = lefts[r] < 0 ? 0 : lefts[r]; /* left bound alone */
+            c.options.window_right = -1;
+            cfgs[n++] = c;
+        }
+    }
     return n;
 }
 
