@@ -123,10 +123,10 @@ typedef struct fc_tile_ctx {
 static void fc_tile_logits(real *S, real *tanh_out, const fc_tile_ctx *t) {
     if (t->softcap_log2 > 0) {
         for (int64_t j = 0; j < FC_BN; ++j)
-            for (int64_t i = 0; i < FC_BM; ++i) {
-                real th = stanh(S[j * FC_BM + i]);
-                if (tanh_out) tanh_out[j * FC_BM + i] = th;
-                S[j * FC_BM + i] = t->softcap_log2 * th;
+            for (int64_t i = 0; i < FC_BM; i += VL) {
+                vr th = vtanh(vload(S + j * FC_BM + i));
+                if (tanh_out) vstore(tanh_out + j * FC_BM + i, th);
+                vstore(S + j * FC_BM + i, th * t->softcap_log2);
             }
     }
     if (t->alibi_slope != 0.0f) {

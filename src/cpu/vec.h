@@ -47,7 +47,7 @@ static inline real vhmax(vr v) {
     return m;
 }
 
-/* 2^x. Inputs below -126 (and -inf) give exactly 0. The float version is a
+/* 2^x. Inputs below -126 (and -inf) give exactly 0, NaN gives NaN. The float version is a
  * degree-7 polynomial after range reduction (relative error ~1e-7); the
  * double version defers to libm so float64 results stay exact enough for
  * gradient checks. */
@@ -57,6 +57,7 @@ static inline vr vexp2(vr x) {
     for (int l = 0; l < VL; ++l) r[l] = exp2(x[l]);
     return r;
 #else
+    vr in = x;
     vi live = x >= -126.0f;
     x = vmax(x, vsplat(-126.0f));
     x = vselect(x > 127.0f, vsplat(127.0f), x);
@@ -72,8 +73,33 @@ static inline vr vexp2(vr x) {
     p = p * f + 6.9314718055994531e-01f;
     p = p * f + 1.0f;
     vi e = (__builtin_convertvector(n, vi) + 127) << 23;
-    vr r = p * (vr)e;
-    return (vr)((vi)r & live);
+    vr r = (vr)((vi)(p * (vr)e) & live);
+    return vselect(in != in, in, r); /* NaN stays NaN */
+#endif
+}
+
+/* tanh, lane by lane. float: an odd polynomial below |x| = 0.3 (where the
+ * exp form would cancel), 1 - 2 / (e^(2|x|) + 1) above, sign restored;
+ * relative error below ~5e-7. double: libm. */
+static inline vr vtanh(vr x) {
+#if FLASHC_CPU_REAL_DOUBLE
+    vr r;
+    for (int l = 0; l < VL; ++l) r[l] = tanh(x[l]);
+    return r;
+#else
+    const vi sign_bit = (vi){0} + (ireal)0x80000000u;
+    vi sign = (vi)x & sign_bit;
+    vr a = (vr)((vi)x & ~sign_bit);
+    vr a2 = a * a;
+    vr small = vsplat(62.0f / 2835.0f);
+    small = small * a2 - 17.0f / 315.0f;
+    small = small * a2 + 2.0f / 15.0f;
+    small = small * a2 - 1.0f / 3.0f;
+    small = (small * a2 + 1.0f) * a;
+    vr e = vexp2(a * (real)(2.0 * FC_LOG2E));
+    vr big = 1.0f - 2.0f / (e + 1.0f);
+    vr r = vselect(a < 0.3f, small, big);
+    return (vr)((vi)r | sign);
 #endif
 }
 
@@ -82,14 +108,6 @@ static inline real sexp2(real x) {
     return exp2(x);
 #else
     return exp2f(x);
-#endif
-}
-
-static inline real stanh(real x) {
-#if FLASHC_CPU_REAL_DOUBLE
-    return tanh(x);
-#else
-    return tanhf(x);
 #endif
 }
 
