@@ -45,7 +45,7 @@ step_fuzz() {
     # Seed inputs checked in with the target, then a bounded run; any crash
     # or sanitizer report stops it with a non-zero status and leaves the
     # reproducer in $dir/artifacts.
-    "$dir/flashc_fuzz_api" -max_total_time="$FUZZ_SECONDS" -max_len=256 -len_control=0 \
+    "$dir/flashc_fuzz_api" -max_total_time="$FUZZ_SECONDS" -timeout=30 -max_len=256 -len_control=0 \
         -print_final_stats=1 -artifact_prefix="$dir/artifacts/" \
         "$dir/corpus" "$ROOT/tests/fuzz/seeds"
 }
