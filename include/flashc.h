@@ -125,8 +125,9 @@ typedef struct flashc_tensor {
 FLASHC_API size_t flashc_dtype_size(flashc_dtype dtype);
 
 /* Fill a descriptor of a contiguous (row-major) tensor. Returns the
- * descriptor; rank must be 1..FLASHC_MAX_RANK (otherwise rank is set to 0,
- * which every entry point rejects). */
+ * descriptor; rank must be 1..FLASHC_MAX_RANK and the element count must
+ * fit in int64 (otherwise rank is set to 0, which every entry point
+ * rejects). */
 FLASHC_API flashc_tensor flashc_tensor_contiguous(void *data, flashc_dtype dtype,
                                                   flashc_device device, int rank,
                                                   const int64_t *shape);

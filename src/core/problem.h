@@ -40,7 +40,9 @@ typedef struct flashc_problem {
     int is_cuda;               /* all tensors on one CUDA device */
     int device_index;
     int64_t batch, nheads, nheads_k, head_dim, head_dim_v;
-    /* Batched: the lengths. Varlen: max_seqlen_q / max_seqlen_k. */
+    /* Batched: the lengths. Varlen: bounds on every sequence's lengths,
+     * for sizing loops: the longest sequences where cu_seqlens are in host
+     * memory (read during validation), else max_seqlen_q / max_seqlen_k. */
     int64_t seqlen_q, seqlen_k;
     /* Rows of the packed q / k tensors (batched: batch * seqlen). */
     int64_t total_q, total_k;

@@ -22,13 +22,14 @@ flashc_tensor flashc_tensor_contiguous(void *data, flashc_dtype dtype, flashc_de
     t.dtype = dtype;
     t.device = device;
     if (rank < 1 || rank > FLASHC_MAX_RANK || !shape) return t; /* rank 0: rejected later */
-    t.rank = rank;
     int64_t stride = 1;
     for (int i = rank - 1; i >= 0; --i) {
         t.shape[i] = shape[i];
         t.stride[i] = stride;
-        stride *= shape[i] > 0 ? shape[i] : 1;
+        /* A layout whose strides overflow cannot be described: rank 0. */
+        if (__builtin_mul_overflow(stride, shape[i] > 0 ? shape[i] : 1, &stride)) return t;
     }
+    t.rank = rank;
     return t;
 }
 

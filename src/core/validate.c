@@ -254,6 +254,15 @@ static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k
         if (vl->max_seqlen_k < 0)
             return flashc_fail(FLASHC_ERROR_CU_SEQLENS, "max_seqlen_k: must be >= 0, got %lld",
                                (long long)vl->max_seqlen_k);
+        /* cu_seqlens are int32, so no sequence is longer than INT32_MAX. */
+        if (vl->max_seqlen_q > INT32_MAX)
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                               "max_seqlen_q: %lld exceeds the int32 range of cu_seqlens",
+                               (long long)vl->max_seqlen_q);
+        if (vl->max_seqlen_k > INT32_MAX)
+            return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                               "max_seqlen_k: %lld exceeds the int32 range of cu_seqlens",
+                               (long long)vl->max_seqlen_k);
         sq = vl->max_seqlen_q;
         sk = vl->max_seqlen_k;
         p->cu_seqlens_q = (const int32_t *)cq->data;
@@ -314,8 +323,9 @@ static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k
 /* Varlen contents, readable only where the index arrays live in host
  * memory: non-decreasing offsets inside the packed tensors, lengths within
  * max_seqlen, seqused_k within each key length. */
-static flashc_status check_varlen_contents(const flashc_problem *p) {
+static flashc_status check_varlen_contents(flashc_problem *p) {
     if (!p->is_varlen || p->is_cuda) return FLASHC_SUCCESS;
+    int64_t longest_q = 0, longest_k = 0;
     const int32_t *cq = p->cu_seqlens_q, *ck = p->cu_seqlens_k;
     if (cq[0] < 0)
         return flashc_fail(FLASHC_ERROR_CU_SEQLENS, "cu_seqlens_q: first entry %d is negative",
@@ -341,6 +351,8 @@ static flashc_status check_varlen_contents(const flashc_problem *p) {
             return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
                                "max_seqlen_k: %lld is below the length %lld of sequence %lld",
                                (long long)p->seqlen_k, (long long)lk, (long long)i);
+        if (lq > longest_q) longest_q = lq;
+        if (lk > longest_k) longest_k = lk;
         if (p->seqused_k && (p->seqused_k[i] < 0 || p->seqused_k[i] > lk))
             return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
                                "seqused_k: entry %lld is %d, outside [0, %lld] (the key length)",
@@ -354,6 +366,10 @@ static flashc_status check_varlen_contents(const flashc_problem *p) {
         return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
                            "cu_seqlens_k: last entry %d exceeds k's %lld rows", ck[p->batch],
                            (long long)p->total_k);
+    /* Size the backend's loops by the real lengths, not by a loose
+     * max_seqlen (s_dmask keeps its own rounded extent). */
+    p->seqlen_q = longest_q;
+    p->seqlen_k = longest_k;
     return FLASHC_SUCCESS;
 }
 
