@@ -269,20 +269,21 @@ static double alibi_slope(const ref_problem *p, int64_t b, int64_t h) {
  * visible[j]), and t[j] = tanh(raw / softcap) for the softcap derivative.
  * Returns the number of visible columns. */
 static int64_t row_scores(const ref_problem *p, const flashc_ref_seq *seq, int64_t b, int64_t h,
-                          int64_t i, double *s, double *t, unsigned char *visible) {
+                          int64_t i, double *s, double *t, unsigned char *visible, double *qrow) {
     int64_t hk = h / (p->nheads / p->nheads_k);
     double softcap = p->options->softcap;
     double slope = alibi_slope(p, b, h);
     int64_t diag = i + seq->len_k - seq->len_q;
     int64_t count = 0;
+    for (int64_t x = 0; x < p->d; ++x)
+        qrow[x] = seq_load(p->q, p->varlen_mode, b, seq->q_start, i, h, x);
     for (int64_t j = 0; j < seq->len_k; ++j) {
         visible[j] = (unsigned char)flashc_ref_visible(p->options, seq->len_q, seq->len_k, i, j);
         if (!visible[j]) continue;
         ++count;
         double dot = 0.0;
         for (int64_t x = 0; x < p->d; ++x)
-            dot += seq_load(p->q, p->varlen_mode, b, seq->q_start, i, h, x) *
-                   seq_load(p->k, p->varlen_mode, b, seq->k_start, j, hk, x);
+            dot += qrow[x] * seq_load(p->k, p->varlen_mode, b, seq->k_start, j, hk, x);
         double score = p->scale * dot;
         t[j] = 0.0;
         if (softcap > 0.0) {
@@ -319,25 +320,29 @@ static int row_softmax(int64_t len_k, const double *s, const unsigned char *visi
 }
 
 typedef struct row_buffers {
-    double *s, *t, *prob, *dropped; /* dropped: prob times the dropout factor */
+    double *s, *t, *prob;
+    double *factor;  /* dropout factor: 0 dropped, 1/(1-p) kept */
+    double *qrow;    /* the row of q */
     unsigned char *visible;
 } row_buffers;
 
-static int row_buffers_alloc(row_buffers *r, int64_t len_k) {
+static int row_buffers_alloc(row_buffers *r, int64_t len_k, int64_t d) {
     size_t n = (size_t)(len_k > 0 ? len_k : 1);
+    r->qrow = malloc((size_t)(d > 0 ? d : 1) * sizeof(double));
     r->s = malloc(n * sizeof(double));
     r->t = malloc(n * sizeof(double));
     r->prob = malloc(n * sizeof(double));
-    r->dropped = malloc(n * sizeof(double));
+    r->factor = malloc(n * sizeof(double));
     r->visible = malloc(n);
-    return r->s && r->t && r->prob && r->dropped && r->visible ? 0 : -1;
+    return r->s && r->t && r->prob && r->factor && r->qrow && r->visible ? 0 : -1;
 }
 
 static void row_buffers_free(row_buffers *r) {
     free(r->s);
     free(r->t);
     free(r->prob);
-    free(r->dropped);
+    free(r->factor);
+    free(r->qrow);
     free(r->visible);
 }
 
@@ -357,23 +362,23 @@ static int forward_head(const ref_problem *p, int64_t b, int64_t h, double *out,
     flashc_ref_seq seq = flashc_ref_sequence(p->q, p->k, p->varlen, b);
     int64_t hk = h / (p->nheads / p->nheads_k);
     row_buffers r;
-    if (row_buffers_alloc(&r, seq.len_k) != 0) {
+    if (row_buffers_alloc(&r, seq.len_k, p->d) != 0) {
         row_buffers_free(&r);
         return -1;
     }
     for (int64_t i = 0; i < seq.len_q; ++i) {
         double m, row_lse;
-        row_scores(p, &seq, b, h, i, r.s, r.t, r.visible);
+        row_scores(p, &seq, b, h, i, r.s, r.t, r.visible, r.qrow);
         row_softmax(seq.len_k, r.s, r.visible, r.prob, &m, &row_lse);
         if (lse) lse[i] = row_lse;
         for (int64_t j = 0; j < seq.len_k; ++j)
-            r.dropped[j] = r.visible[j] ? r.prob[j] * dropout_factor(p, b, h, i, j) : 0.0;
+            r.factor[j] = r.visible[j] ? dropout_factor(p, b, h, i, j) : 0.0;
         if (out) {
             for (int64_t x = 0; x < p->dv; ++x) {
                 double acc = 0.0;
                 for (int64_t j = 0; j < seq.len_k; ++j)
-                    if (r.dropped[j] != 0.0)
-                        acc += r.dropped[j] *
+                    if (r.factor[j] != 0.0)
+                        acc += r.prob[j] * r.factor[j] *
                                seq_load(p->v, p->varlen_mode, b, seq.k_start, j, hk, x);
                 out[i * p->dv + x] = acc;
             }
@@ -381,9 +386,7 @@ static int forward_head(const ref_problem *p, int64_t b, int64_t h, double *out,
         if (s_dmask) {
             for (int64_t j = 0; j < seq.len_k; ++j) {
                 double e = r.visible[j] ? exp(r.s[j] - m) : 0.0;
-                /* dropped: the factor is 0 (prob itself is never 0 here
-                 * unless exp underflowed, where the sign does not matter) */
-                if (r.visible[j] && dropout_factor(p, b, h, i, j) == 0.0) e = -e;
+                if (r.visible[j] && r.factor[j] == 0.0) e = -e; /* dropped */
                 s_dmask[i * seq.len_k + j] = e;
             }
         }
@@ -421,7 +424,7 @@ int flashc_ref_backward(const flashc_backward_args *args, int64_t b, int64_t hk,
     row_buffers r;
     double *own_out = NULL;
     double *dout_row = malloc((size_t)(p.dv > 0 ? p.dv : 1) * sizeof(double));
-    int status = row_buffers_alloc(&r, sk) != 0 || !dout_row ? -1 : 0;
+    int status = row_buffers_alloc(&r, sk, p.d) != 0 || !dout_row ? -1 : 0;
     if (status == 0 && !args->out) {
         own_out = malloc((size_t)(sq * p.dv > 0 ? sq * p.dv : 1) * sizeof(double));
         if (!own_out) status = -1;
@@ -431,7 +434,7 @@ int flashc_ref_backward(const flashc_backward_args *args, int64_t b, int64_t hk,
         if (own_out) forward_head(&p, b, h, own_out, NULL, NULL);
         for (int64_t i = 0; i < sq; ++i) {
             double m, row_lse;
-            row_scores(&p, &seq, b, h, i, r.s, r.t, r.visible);
+            row_scores(&p, &seq, b, h, i, r.s, r.t, r.visible, r.qrow);
             if (!row_softmax(sk, r.s, r.visible, r.prob, &m, &row_lse)) continue;
             /* D_i = rowsum(dO * O) - dLSE_i */
             double D = 0.0;
@@ -458,9 +461,7 @@ int flashc_ref_backward(const flashc_backward_args *args, int64_t b, int64_t hk,
                     if (dq)
                         dq[(g * sq + i) * p.d + x] +=
                             ds * seq_load(p.k, p.varlen_mode, b, seq.k_start, j, hk, x);
-                    if (dk)
-                        dk[j * p.d + x] +=
-                            ds * seq_load(p.q, p.varlen_mode, b, seq.q_start, i, h, x);
+                    if (dk) dk[j * p.d + x] += ds * r.qrow[x];
                 }
             }
         }
