@@ -20,12 +20,12 @@
 #include "workspace.h"
 
 typedef struct fc_bwd_scratch {
-    real *Qt, *Q, *dOt, *dO, *K, *V, *P, *dP, *Pd, *T, *dQ, *lse2, *dsum;
+    real *Q, *dO, *K, *V, *P, *dP, *Pd, *T, *dQ, *lse2, *dsum;
     real *row_a, *row_b;
 } fc_bwd_scratch;
 
 #define FC_BWD_FIELDS(X)                                                                      \
-    X(Qt, d *FC_BM) X(Q, FC_BM *dp) X(dOt, dv *FC_BM) X(dO, FC_BM *dvp) X(K, FC_BN *dp)         \
+    X(Q, FC_BM *dp) X(dO, FC_BM *dvp) X(K, FC_BN *dp)                                           \
     X(V, FC_BN *dv) X(P, FC_BN *FC_BM) X(dP, FC_BN *FC_BM)                                     \
     X(Pd, FC_BN *FC_BM) X(T, FC_BN *FC_BM) X(dQ, FC_BM *dp) X(lse2, FC_BM) X(dsum, FC_BM)     \
     X(row_a, dmax) X(row_b, dmax)
@@ -56,6 +56,28 @@ static inline int64_t fc_ws_row(const flashc_problem *p, int64_t b, const flashc
 
 static inline real *fc_ws_region(const flashc_problem *p, size_t offset) {
     return (real *)((char *)p->workspace + offset);
+}
+
+/* The transposed (and, for Q, pre-scaled) query and dO tiles of every
+ * (sequence, head, row tile), written once and read by every chunk. */
+static void fc_bwd_transpose_tiles(const flashc_problem *p, const flashc_cpu_bwd_layout *L,
+                                   fc_bwd_scratch *s) {
+    int64_t d = p->head_dim, dv = p->head_dim_v;
+    int64_t nrb = (p->seqlen_q + FC_BM - 1) / FC_BM;
+    real qscale = fc_query_scale(p);
+    #pragma omp for schedule(dynamic, 4)
+    for (int64_t task = 0; task < p->batch * p->nheads * nrb; ++task) {
+        int64_t b = task / (p->nheads * nrb), h = (task / nrb) % p->nheads, rb = task % nrb;
+        flashc_seq_info seq = flashc_problem_seq(p, b);
+        int64_t r0 = rb * FC_BM;
+        if (r0 >= seq.sq) continue;
+        int64_t rows = seq.sq - r0 < FC_BM ? seq.sq - r0 : FC_BM;
+        int64_t tile_row = flashc_cpu_bwd_query_row(p, b) + r0;
+        fc_pack_rows_transposed(fc_ws_region(p, L->qt_offset) + (h * L->query_rows + tile_row) * d,
+                                &p->q, b, seq.q_start + r0, rows, h, d, qscale, s->row_a);
+        fc_pack_rows_transposed(fc_ws_region(p, L->dot_offset) + (h * L->query_rows + tile_row) * dv,
+                                &p->dout, b, seq.q_start + r0, rows, h, dv, 1, s->row_a);
+    }
 }
 
 /* D and LSE·log2(e) of every row. */
@@ -119,6 +141,7 @@ static void fc_bwd_zero_unused_keys(const flashc_problem *p) {
 /* The query side of one row tile, shared by every key tile it meets. */
 typedef struct fc_bwd_rows {
     fc_panel Q, dO;      /* natural layout (B operands of dK, dV) */
+    const real *Qt, *dOt; /* transposed (workspace, written by the preprocess) */
     int64_t ws_row0;     /* workspace row of the tile's first row */
 } fc_bwd_rows;
 
@@ -128,13 +151,14 @@ static fc_bwd_rows fc_bwd_load_rows(const flashc_problem *p, const fc_tile_ctx *
     int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d), dvp = fc_round_vl(dv);
     int64_t b = t->b, h = t->h, row0 = seq->q_start + t->r0;
     fc_bwd_rows r;
-    fc_pack_rows_transposed(s->Qt, &p->q, b, row0, t->rows, h, d, fc_query_scale(p), s->row_a);
-    fc_pack_rows_transposed(s->dOt, &p->dout, b, row0, t->rows, h, dv, 1, s->row_a);
     r.Q = fc_tile_panel(s->Q, dp, FC_BM, &p->q, b, row0, t->rows, h, d, 1);
     r.dO = fc_tile_panel(s->dO, dvp, FC_BM, &p->dout, b, row0, t->rows, h, dv, 1);
     const real *lse2 = fc_ws_region(p, L->lse2_offset) + h * p->total_q;
     const real *dsum = fc_ws_region(p, L->dsum_offset) + h * p->total_q;
     r.ws_row0 = fc_ws_row(p, b, seq, t->r0);
+    int64_t tile_row = flashc_cpu_bwd_query_row(p, b) + t->r0;
+    r.Qt = fc_ws_region(p, L->qt_offset) + (h * L->query_rows + tile_row) * d;
+    r.dOt = fc_ws_region(p, L->dot_offset) + (h * L->query_rows + tile_row) * dv;
     for (int64_t i = 0; i < FC_BM; ++i) {
         /* Padding rows: P = exp2(s - inf) = 0, so they add nothing. */
         s->lse2[i] = i < t->rows ? lse2[r.ws_row0 + i] : (real)INFINITY;
@@ -154,7 +178,7 @@ static void fc_bwd_pair(const flashc_problem *p, const fc_tile_ctx *t, const fla
     fc_panel V = fc_tile_panel(s->V, dv, FC_BN, &p->v, t->b, key_row0, t->cols, hk, dv, 0);
 
     /* P = exp2(logit - LSE2), masked entries 0. */
-    fc_gemm(FC_BN, FC_BM, (int)d, K.data, K.ld, 1, s->Qt, FC_BM, s->P, FC_BM, 0);
+    fc_gemm(FC_BN, FC_BM, (int)d, K.data, K.ld, 1, rows->Qt, FC_BM, s->P, FC_BM, 0);
     int softcap = p->softcap > 0;
     fc_tile_logits(s->P, softcap ? s->T : NULL, t);
     if (!fc_tile_fully_visible(p, t)) fc_tile_mask(s->P, p, t);
@@ -163,7 +187,7 @@ static void fc_bwd_pair(const flashc_problem *p, const fc_tile_ctx *t, const fla
             vstore(s->P + j * FC_BM + iv, vexp2(vload(s->P + j * FC_BM + iv) - vload(s->lse2 + iv)));
 
     /* dP = dO V^T; with dropout, P_dropped and dP_dropped. */
-    fc_gemm(FC_BN, FC_BM, (int)dv, V.data, V.ld, 1, s->dOt, FC_BM, s->dP, FC_BM, 0);
+    fc_gemm(FC_BN, FC_BM, (int)dv, V.data, V.ld, 1, rows->dOt, FC_BM, s->dP, FC_BM, 0);
     const real *Pdrop = s->P;
     if (p->dropout_p > 0) {
         real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));
@@ -290,6 +314,7 @@ static flashc_status fc_backward(const flashc_problem *p) {
         fc_bwd_scratch s = fc_bwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread,
                                         p->head_dim, p->head_dim_v);
         fc_bwd_preprocess(p, &L, &s);
+        fc_bwd_transpose_tiles(p, &L, &s);
         #pragma omp for schedule(static)
         for (int64_t x = 0; x < partial_count; ++x) partials[x] = 0;
         fc_bwd_zero_unused_keys(p);

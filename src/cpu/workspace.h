@@ -7,6 +7,8 @@
  *   dq     [nchunks][total_q][nheads][d]  per-chunk dQ partial sums
  *   dk     [key_rows][nheads_k][ld_dk]    dK accumulators
  *   dv     [key_rows][nheads_k][ld_dv]    dV accumulators
+ *   qt     [nheads][query_rows / 64][d][64]   queries, pre-scaled, transposed
+ *   dot    [nheads][query_rows / 64][dv][64]  dO transposed
  *
  * in the accumulation type (float, or double for float64 inputs), each
  * region 64-byte aligned. Key tiles are dealt round-robin to `nchunks`
@@ -15,7 +17,9 @@
  * end, so the result is bit-identical whatever the thread count.
  * The dK/dV accumulator rows of sequence b start at
  * flashc_padded_row_offset(first key row of b, b, FLASHC_CPU_BWD_KEY_TILE),
- * so whole key tiles of one sequence never reach the next one's rows. */
+ * so whole key tiles of one sequence never reach the next one's rows; the
+ * transposed query tiles likewise start at
+ * flashc_padded_row_offset(first query row of b, b, FLASHC_CPU_BWD_QUERY_TILE). */
 #ifndef FLASHC_CPU_WORKSPACE_H
 #define FLASHC_CPU_WORKSPACE_H
 
@@ -25,8 +29,10 @@
 #include "core/problem.h"
 #include "core/semantics.h"
 
-/* Key columns per backward key tile (the kernels' FC_BN). */
+/* Key columns per backward key tile (the kernels' FC_BN) and query rows
+ * per query tile (FC_BM). */
 #define FLASHC_CPU_BWD_KEY_TILE 64
+#define FLASHC_CPU_BWD_QUERY_TILE 64
 /* Aim for this many independent tasks, so dynamic scheduling can balance
  * causal work on any core count. */
 #define FLASHC_CPU_BWD_TASKS 32
@@ -37,14 +43,21 @@ typedef struct flashc_cpu_bwd_layout {
     int64_t nchunks;
     size_t elem;        /* bytes of the accumulation type */
     int64_t key_rows;   /* padded rows of the dK/dV accumulators */
+    int64_t query_rows; /* padded rows of the transposed query tiles */
     int64_t ld_dk, ld_dv;
-    size_t lse2_offset, dsum_offset, dq_offset, dk_offset, dv_offset, bytes;
+    size_t lse2_offset, dsum_offset, dq_offset, dk_offset, dv_offset, qt_offset, dot_offset, bytes;
 } flashc_cpu_bwd_layout;
 
 /* Accumulator row of the first key of sequence b. */
 static inline int64_t flashc_cpu_bwd_key_row(const flashc_problem *p, int64_t b) {
     int64_t first = p->is_varlen ? (int64_t)p->cu_seqlens_k[b] : b * p->seqlen_k;
     return flashc_padded_row_offset(first, b, FLASHC_CPU_BWD_KEY_TILE);
+}
+
+/* Transposed-tile row of the first query of sequence b. */
+static inline int64_t flashc_cpu_bwd_query_row(const flashc_problem *p, int64_t b) {
+    int64_t first = p->is_varlen ? (int64_t)p->cu_seqlens_q[b] : b * p->seqlen_q;
+    return flashc_padded_row_offset(first, b, FLASHC_CPU_BWD_QUERY_TILE);
 }
 
 static inline size_t flashc_cpu_align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -75,8 +88,13 @@ static inline flashc_cpu_bwd_layout flashc_cpu_bwd_layout_of(const flashc_proble
     L.dk_offset = L.dq_offset + flashc_cpu_align64((size_t)nchunks * (size_t)dq_bytes);
     L.dv_offset = L.dk_offset +
         flashc_cpu_align64((size_t)(L.key_rows * p->nheads_k * L.ld_dk) * L.elem);
-    L.bytes = L.dv_offset +
+    L.query_rows = flashc_padded_rows(p->total_q, p->batch, FLASHC_CPU_BWD_QUERY_TILE);
+    L.qt_offset = L.dv_offset +
         flashc_cpu_align64((size_t)(L.key_rows * p->nheads_k * L.ld_dv) * L.elem);
+    L.dot_offset = L.qt_offset +
+        flashc_cpu_align64((size_t)(p->nheads * L.query_rows * p->head_dim) * L.elem);
+    L.bytes = L.dot_offset +
+        flashc_cpu_align64((size_t)(p->nheads * L.query_rows * p->head_dim_v) * L.elem);
     if (L.bytes == 0) L.bytes = 64;
     return L;
 }
