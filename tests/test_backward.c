@@ -55,6 +55,8 @@ static void head_dims(void **state) {
     test_run_cases("backward head dims (float32)", cfgs, n, 1);
     n = grid_head_dims(cfgs, FLASHC_DTYPE_FLOAT64);
     test_run_cases("backward head dims (float64)", cfgs, n, 1);
+    n = grid_head_dims(cfgs, FLASHC_DTYPE_BFLOAT16);
+    test_run_cases("backward head dims (bfloat16)", cfgs, n, 1);
 }
 
 static void dtypes(void **state) {

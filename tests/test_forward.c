@@ -54,6 +54,8 @@ static void head_dims(void **state) {
     test_run_cases("forward head dims (float32)", cfgs, n, 0);
     n = grid_head_dims(cfgs, FLASHC_DTYPE_FLOAT64);
     test_run_cases("forward head dims (float64)", cfgs, n, 0);
+    n = grid_head_dims(cfgs, FLASHC_DTYPE_FLOAT16);
+    test_run_cases("forward head dims (float16)", cfgs, n, 0);
 }
 
 static void dtypes(void **state) {

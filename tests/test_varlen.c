@@ -59,6 +59,32 @@ static void empty_sequences(void **state) {
     test_run_cases("varlen with empty sequences", cfgs, n, 1);
 }
 
+/* Many sequences, lengths drawn at random in 0..24 (zeros included). */
+static void many_sequences(void **state) {
+    (void)state;
+    test_rng rng;
+    test_rng_init(&rng, test_seed("varlen many sequences", 0));
+    int64_t lq[TEST_MAX_BATCH], lk[TEST_MAX_BATCH];
+    for (int b = 0; b < TEST_MAX_BATCH; ++b) {
+        lq[b] = b % 5 == 1 ? 0 : test_rng_int(&rng, 0, 24);
+        lk[b] = b % 7 == 2 ? 0 : test_rng_int(&rng, 0, 24);
+    }
+    test_config cfgs[3];
+    cfgs[0] = varlen_base(FLASHC_DTYPE_FLOAT64, TEST_MAX_BATCH, lq, lk);
+    cfgs[0].options.causal = 1;
+    cfgs[0].alibi = 2;
+    cfgs[0].with_dlse = 1;
+    cfgs[1] = varlen_base(FLASHC_DTYPE_FLOAT32, TEST_MAX_BATCH, lq, lk);
+    cfgs[1].options.dropout_p = 0.2;
+    cfgs[1].options.dropout_seed = 21;
+    cfgs[1].options.window_left = 3;
+    cfgs[1].options.window_right = 4;
+    cfgs[2] = varlen_base(FLASHC_DTYPE_BFLOAT16, TEST_MAX_BATCH, lq, lk);
+    cfgs[2].options.softcap = 1.5;
+    cfgs[2].nheads_k = 1;
+    test_run_cases("varlen with 16 sequences", cfgs, 3, 1);
+}
+
 static void seqused_k(void **state) {
     (void)state;
     static const int64_t lq[4] = {6, 4, 0, 11}, lk[4] = {10, 8, 5, 9};
@@ -178,7 +204,8 @@ static void dtypes(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(empty_sequences), cmocka_unit_test(seqused_k),
+        cmocka_unit_test(empty_sequences), cmocka_unit_test(many_sequences),
+        cmocka_unit_test(seqused_k),
         cmocka_unit_test(tile_lengths),    cmocka_unit_test(window_bounds),
         cmocka_unit_test(layouts),
         cmocka_unit_test(dtypes),

@@ -25,6 +25,10 @@ int grid_features_alone(test_config *cfgs, flashc_dtype dtype) {
     c = base(dtype); c.options.window_left = 0; c.options.window_right = 0; cfgs[n++] = c;
     c = base(dtype); c.options.window_left = 3; c.options.window_right = 7; cfgs[n++] = c;
     c = base(dtype); c.options.causal = 1; c.options.window_left = 4; cfgs[n++] = c;
+    /* causal decides the right bound (flashc.h: causal is window (-1, 0)
+     * combined with window_left), whatever window_right says */
+    c = base(dtype); c.options.causal = 1; c.options.window_left = 4; c.options.window_right = 3;
+    cfgs[n++] = c;
     c = base(dtype); c.options.softcap = 1.5; c.input_scale = 2.0; cfgs[n++] = c;
     c = base(dtype); c.alibi = 1; cfgs[n++] = c;
     c = base(dtype); c.alibi = 2; cfgs[n++] = c;
@@ -155,6 +159,26 @@ int grid_tile_boundaries(test_config *cfgs, flashc_dtype dtype) {
             c.options.window_left = 65;
             c.options.window_right = 63;
         }
+        cfgs[n++] = c;
+    }
+    if (!test_quick()) {
+        /* several tiles in both directions, wider heads, threads busy */
+        test_config c = base(dtype);
+        c.batch = 1;
+        c.nheads = 2;
+        c.nheads_k = 1;
+        c.d = c.dv = 64;
+        c.seqlen_q = c.seqlen_k = 513;
+        c.options.causal = 1;
+        c.with_sdmask = 0;
+        cfgs[n++] = c;
+        c.d = c.dv = 16;
+        c.seqlen_q = 1031;
+        c.seqlen_k = 777;
+        c.options.causal = 0;
+        c.options.window_left = 300;
+        c.options.window_right = 129;
+        c.alibi = 1;
         cfgs[n++] = c;
     }
     return n;
