@@ -92,17 +92,34 @@ FLASHC_HD uint32_t flashc_dropout_threshold(double p) {
  * word of offset). For a fixed seed the map from (offset, batch, head, row,
  * col / 4) to (counter, key) is injective. `batch` is the sequence index in
  * varlen mode, `row` and `col` are positions inside the sequence. */
+typedef struct flashc_dropout_input {
+    flashc_philox_u32x4 counter;
+    uint32_t key0, key1;
+} flashc_dropout_input;
+
+/* The Philox counter and key behind flashc_dropout_words (for kernels that
+ * run many Philox instances side by side, e.g. one per SIMD lane). */
+FLASHC_HD flashc_dropout_input flashc_dropout_counter(uint64_t seed, uint64_t offset,
+                                                      int64_t batch, int64_t nheads,
+                                                      int64_t head, int64_t row,
+                                                      int64_t col) {
+    flashc_dropout_input in;
+    in.counter.x = (uint32_t)(col >> 2);
+    in.counter.y = (uint32_t)row;
+    in.counter.z = (uint32_t)(batch * nheads + head);
+    in.counter.w = (uint32_t)offset;
+    in.key0 = (uint32_t)seed;
+    in.key1 = (uint32_t)(seed >> 32) ^ (uint32_t)(offset >> 32);
+    return in;
+}
+
 FLASHC_HD flashc_philox_u32x4 flashc_dropout_words(uint64_t seed, uint64_t offset,
                                                    int64_t batch, int64_t nheads,
                                                    int64_t head, int64_t row,
                                                    int64_t col) {
-    flashc_philox_u32x4 c;
-    c.x = (uint32_t)(col >> 2);
-    c.y = (uint32_t)row;
-    c.z = (uint32_t)(batch * nheads + head);
-    c.w = (uint32_t)offset;
-    return flashc_philox4x32_10(c, (uint32_t)seed,
-                                (uint32_t)(seed >> 32) ^ (uint32_t)(offset >> 32));
+    flashc_dropout_input in =
+        flashc_dropout_counter(seed, offset, batch, nheads, head, row, col);
+    return flashc_philox4x32_10(in.counter, in.key0, in.key1);
 }
 
 /* Select the word of column `col` among the four of its group. */

@@ -10,9 +10,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/problem.h"
 #include "core/semantics.h"
+#include "philox_simd.h"
 
 /* Query rows per tile (the vector dimension of score tiles) and key columns
  * per tile. Both multiples of MR and of every VL. */
@@ -177,19 +179,40 @@ static void fc_tile_mask(real *S, const flashc_problem *p, const fc_tile_ctx *t)
 }
 
 /* Zero the entries of P that dropout drops (P[j * FC_BM + i]); with a
- * non-NULL `second`, scale kept entries of a second tile by `keep_scale` and zero
- * its dropped ones as well. */
+ * non-NULL `second`, scale kept entries of a second tile by `keep_scale`
+ * and zero its dropped ones as well. One Philox instance per SIMD lane
+ * (a lane per query row), counters from flashc_dropout_counter; the word of
+ * column c is component c & 3, as flashc_dropout_word_for_col picks it. */
 static void fc_tile_dropout(const flashc_problem *p, const fc_tile_ctx *t, real *P, real *second,
                             real keep_scale) {
-    for (int64_t i = 0; i < t->rows; ++i) {
+    for (int64_t i0 = 0; i0 < t->rows; i0 += VL) {
         for (int64_t j4 = 0; j4 < t->cols; j4 += 4) {
-            flashc_philox_u32x4 w = flashc_dropout_words(p->dropout_seed, p->dropout_offset, t->b,
-                                                         p->nheads, t->h, t->r0 + i, t->c0 + j4);
+            uint32_t lanes[4][VL];
+            flashc_dropout_input in = {{0, 0, 0, 0}, 0, 0};
+            for (int l = 0; l < VL; ++l) {
+                in = flashc_dropout_counter(p->dropout_seed, p->dropout_offset, t->b, p->nheads,
+                                            t->h, t->r0 + i0 + l, t->c0 + j4);
+                lanes[0][l] = in.counter.x;
+                lanes[1][l] = in.counter.y;
+                lanes[2][l] = in.counter.z;
+                lanes[3][l] = in.counter.w;
+            }
+            fc_philox_lanes c;
+            memcpy(&c.x, lanes[0], sizeof c.x);
+            memcpy(&c.y, lanes[1], sizeof c.y);
+            memcpy(&c.z, lanes[2], sizeof c.z);
+            memcpy(&c.w, lanes[3], sizeof c.w);
+            fc_philox_lanes w = fc_philox_lanes_10(c, in.key0, in.key1);
+            vu32 words[4] = {w.x, w.y, w.z, w.w};
             for (int64_t q = 0; q < 4 && j4 + q < t->cols; ++q) {
-                int64_t at = (j4 + q) * FC_BM + i;
-                int keep = flashc_dropout_word_for_col(w, t->c0 + j4 + q) >= p->dropout_threshold;
-                if (!keep) P[at] = 0;
-                if (second) second[at] = keep ? second[at] * keep_scale : 0;
+                vi32 keep32 = words[(t->c0 + j4 + q) & 3] >= p->dropout_threshold;
+                vi keep = __builtin_convertvector(keep32, vi);
+                real *pr = P + (j4 + q) * FC_BM + i0;
+                vstore(pr, vselect(keep, vload(pr), vsplat(0)));
+                if (second) {
+                    real *sr = second + (j4 + q) * FC_BM + i0;
+                    vstore(sr, vselect(keep, vload(sr) * keep_scale, vsplat(0)));
+                }
             }
         }
     }
