@@ -20,9 +20,9 @@ typedef struct flashc_cpu_variant {
 
 typedef enum { FLASHC_CPU_GENERIC = 0, FLASHC_CPU_AVX2, FLASHC_CPU_AVX512 } flashc_cpu_isa;
 
+#if defined(FLASHC_CPU_HAVE_X86_VARIANTS)
 static flashc_cpu_isa flashc_cpu_best_isa(void) {
     flashc_cpu_isa isa = FLASHC_CPU_GENERIC;
-#if defined(FLASHC_CPU_HAVE_X86_VARIANTS)
     __builtin_cpu_init();
     /* Every AVX2 processor has F16C too (which some compilers cannot test). */
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa = FLASHC_CPU_AVX2;
@@ -30,7 +30,6 @@ static flashc_cpu_isa flashc_cpu_best_isa(void) {
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq"))
         isa = FLASHC_CPU_AVX512;
-#endif
     const char *cap = getenv("FLASHC_CPU_ISA");
     if (cap) {
         if (strcmp(cap, "generic") == 0) isa = FLASHC_CPU_GENERIC;
@@ -38,6 +37,7 @@ static flashc_cpu_isa flashc_cpu_best_isa(void) {
     }
     return isa;
 }
+#endif
 
 static flashc_cpu_variant flashc_cpu_select(const flashc_problem *p) {
     flashc_cpu_variant v = {flashc_cpu_forward_generic, flashc_cpu_backward_generic};
