@@ -2,13 +2,14 @@
  *
  * Recomputation, partitioned over (sequence, kv head, key-tile chunk):
  * chunk c of a (sequence, kv head) owns the key tiles c, c + nchunks, ...
- * (round-robin, so causal work spreads evenly). For each owned key tile
- * the task walks every query head of the group and every row tile, packs
- * the tile's query side once, and meets it with each of its key tiles the
- * tile sees: P is recomputed from the saved LSE, dK and dV accumulate in
- * the task's own workspace rows, dQ in a tile that is added once to the
- * chunk's own workspace partial. Partials are summed in chunk order at the end
- * (workspace.h), so the result does not depend on the thread count. */
+ * (round-robin, so causal work spreads evenly). A preprocess writes D,
+ * LSE in log2 units and the transposed query / dO tiles to the workspace.
+ * Each task then walks every query head of its group and every row tile,
+ * and meets the row tile with each of its own key tiles the tile sees: P
+ * is recomputed from the saved LSE, dK and dV accumulate in the task's own
+ * workspace rows, dQ in a tile that is added once per row tile to the
+ * chunk's own workspace partial. Partials are summed in chunk order at the
+ * end (workspace.h), so the result does not depend on the thread count. */
 #ifndef FLASHC_CPU_BACKWARD_IMPL_H
 #define FLASHC_CPU_BACKWARD_IMPL_H
 
