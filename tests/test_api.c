@@ -100,6 +100,9 @@ static void contiguous_descriptor(void **state) {
     assert_int_equal(flashc_tensor_contiguous(data, FLASHC_DTYPE_FLOAT32, cpu, 0, shape).rank, 0);
     assert_int_equal(flashc_tensor_contiguous(data, FLASHC_DTYPE_FLOAT32, cpu, 5, shape).rank, 0);
     assert_int_equal(flashc_tensor_contiguous(data, FLASHC_DTYPE_FLOAT32, cpu, 2, NULL).rank, 0);
+    /* an element count beyond int64 is refused the same way */
+    int64_t huge[4] = {INT64_MAX / 2, 4, 1, 1};
+    assert_int_equal(flashc_tensor_contiguous(data, FLASHC_DTYPE_FLOAT32, cpu, 4, huge).rank, 0);
 }
 
 static void option_defaults(void **state) {
