@@ -140,8 +140,9 @@ typedef struct flashc_attention_options {
     /* Scale applied to q·k. 0 selects 1/sqrt(d), d the q/k head dim.
      * Must be finite. */
     double softmax_scale;
-    /* Causal mask aligned to the bottom-right corner (same as window (-1, 0)
-     * combined with window_left). */
+    /* Causal mask aligned to the bottom-right corner: it sets window_right
+     * to 0 (whatever was given) and keeps window_left, so plain causal is
+     * window (-1, 0). */
     int causal;
     /* Sliding window (left, right); -1 is unbounded on that side. */
     int64_t window_left;
@@ -168,13 +169,18 @@ typedef struct flashc_attention_options {
  * no dropout, non-deterministic, default threads, default stream. */
 FLASHC_API flashc_attention_options flashc_attention_options_default(void);
 
-/* Variable-length (packed) batches. All pointers NULL selects batched mode. */
+/* Variable-length (packed) batches. All pointers NULL selects batched mode.
+ * Sequence i holds packed rows [cu_seqlens[i], cu_seqlens[i + 1]); packed
+ * rows outside every sequence are written as rows that see no key (out 0,
+ * LSE +inf, zero gradients). With seqused_k, sequence i uses its first
+ * seqused_k[i] keys only; the rest get zero dK/dV. cu_seqlens and
+ * seqused_k are contiguous; on the CPU their contents are checked. */
 typedef struct flashc_varlen {
-    const flashc_tensor *cu_seqlens_q;  /* int32 (b + 1) */
-    const flashc_tensor *cu_seqlens_k;  /* int32 (b + 1) */
+    const flashc_tensor *cu_seqlens_q;  /* int32 (b + 1), non-decreasing */
+    const flashc_tensor *cu_seqlens_k;  /* int32 (b + 1), non-decreasing */
     const flashc_tensor *seqused_k;     /* optional int32 (b): keys used */
-    int64_t max_seqlen_q;               /* >= every query length */
-    int64_t max_seqlen_k;               /* >= every key length */
+    int64_t max_seqlen_q;               /* >= every query length, <= INT32_MAX */
+    int64_t max_seqlen_k;               /* >= every key length, <= INT32_MAX */
 } flashc_varlen;
 
 /* ------------------------------------------------------------------------ */

@@ -482,6 +482,16 @@ CU(seqused_negative, seqused, 2, -1, 6, 1)
 M(max_seqlen_q_small, x->f.varlen.max_seqlen_q = 4; x->g.varlen.max_seqlen_q = 4)
 M(max_seqlen_k_small, x->f.varlen.max_seqlen_k = 5; x->g.varlen.max_seqlen_k = 5)
 M(max_seqlen_q_negative, x->f.varlen.max_seqlen_q = -1; x->g.varlen.max_seqlen_q = -1)
+M(max_seqlen_q_beyond_int32, x->f.varlen.max_seqlen_q = INT64_C(1) << 31;
+  x->g.varlen.max_seqlen_q = INT64_C(1) << 31)
+M(max_seqlen_k_beyond_int32, x->f.varlen.max_seqlen_k = INT64_C(1) << 40;
+  x->g.varlen.max_seqlen_k = INT64_C(1) << 40)
+CU(cu_k_negative, cu_k, 1, -2, 3, 9, 11)
+M(device_cpu_index_1, x->q.device.index = 1; x->k.device.index = 1; x->v.device.index = 1;
+  x->out.device.index = 1; x->lse.device.index = 1; x->s_dmask.device.index = 1;
+  x->alibi.device.index = 1; x->dout.device.index = 1; x->dq.device.index = 1;
+  x->dk.device.index = 1; x->dv.device.index = 1; x->dlse.device.index = 1)
+M(device_unknown_type, x->k.device.type = (flashc_device_type)7)
 M(q_rows_short, {
     /* 8 packed rows but cu_seqlens_q ends at 9: every row tensor agrees */
     x->q.shape[0] = 8; x->out.shape[0] = 8; x->dout.shape[0] = 8; x->dq.shape[0] = 8;
@@ -662,6 +672,11 @@ static const error_case cases[] = {
     {"max_seqlen_q below a length", VARLEN, BOTH, max_seqlen_q_small, S(CU_SEQLENS), 0, "max_seqlen_q"},
     {"max_seqlen_k below a length", VARLEN, BOTH, max_seqlen_k_small, S(CU_SEQLENS), 0, "max_seqlen_k"},
     {"max_seqlen_q negative", VARLEN, BOTH, max_seqlen_q_negative, S(CU_SEQLENS), 0, "max_seqlen_q"},
+    {"max_seqlen_q 2^31 (beyond int32 cu_seqlens)", VARLEN, BOTH, max_seqlen_q_beyond_int32, S(CU_SEQLENS), 0, "max_seqlen_q"},
+    {"max_seqlen_k 2^40", VARLEN, BOTH, max_seqlen_k_beyond_int32, S(CU_SEQLENS), 0, "max_seqlen_k"},
+    {"cu_seqlens_k starting at -2", VARLEN, BOTH, cu_k_negative, S(CU_SEQLENS), 0, "cu_seqlens_k"},
+    {"CPU tensors with device index 1", BATCHED, BOTH, device_cpu_index_1, S(DEVICE), 0, "q"},
+    {"k with an unknown device type", BATCHED, BOTH, device_unknown_type, S(DEVICE), 0, "k"},
 
     {"dropout_p -0.1", BATCHED, BOTH, dropout_negative, S(DROPOUT), 0, "dropout_p"},
     {"dropout_p 1", BATCHED, BOTH, dropout_one, S(DROPOUT), 0, "dropout_p"},

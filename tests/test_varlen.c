@@ -59,6 +59,25 @@ static void empty_sequences(void **state) {
     test_run_cases("varlen with empty sequences", cfgs, n, 1);
 }
 
+/* Packed rows before the first and after the last sequence (cu_seqlens
+ * starting above 0): out 0, LSE +inf and zero gradients there. */
+static void rows_outside_sequences(void **state) {
+    (void)state;
+    static const int64_t lq[3] = {9, 0, 4}, lk[3] = {5, 6, 0};
+    test_config cfgs[4];
+    int n = 0;
+    test_config c = varlen_base(FLASHC_DTYPE_FLOAT64, 3, lq, lk);
+    c.varlen_gap_rows = 3; c.with_dlse = 1; cfgs[n++] = c;
+    c = varlen_base(FLASHC_DTYPE_FLOAT32, 3, lq, lk);
+    c.varlen_gap_rows = 2; c.options.causal = 1; cfgs[n++] = c;
+    c = varlen_base(FLASHC_DTYPE_BFLOAT16, 3, lq, lk);
+    c.varlen_gap_rows = 5; c.options.dropout_p = 0.25; c.options.dropout_seed = 77; cfgs[n++] = c;
+    c = varlen_base(FLASHC_DTYPE_FLOAT64, 3, lq, lk);
+    c.varlen_gap_rows = 1; c.use_seqused_k = 1; c.seqused_k[0] = 2; c.seqused_k[1] = 6;
+    c.seqused_k[2] = 0; cfgs[n++] = c;
+    test_run_cases("varlen rows outside every sequence", cfgs, n, 1);
+}
+
 /* Many sequences, lengths drawn at random in 0..24 (zeros included). */
 static void many_sequences(void **state) {
     (void)state;
@@ -204,7 +223,8 @@ static void dtypes(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(empty_sequences), cmocka_unit_test(many_sequences),
+        cmocka_unit_test(empty_sequences),
+        cmocka_unit_test(rows_outside_sequences), cmocka_unit_test(many_sequences),
         cmocka_unit_test(seqused_k),
         cmocka_unit_test(tile_lengths),    cmocka_unit_test(window_bounds),
         cmocka_unit_test(layouts),

@@ -119,13 +119,16 @@ static void fc_zero_rows(const flashc_seq_tensor *t, int64_t b, int64_t row0, in
 }
 
 /* dK/dV rows no key tile covers (varlen: keys past seqused_k, and packed
- * rows after the last sequence) are zero gradients. */
+ * rows before the first and after the last sequence) are zero gradients. */
 static void fc_bwd_zero_unused_keys(const flashc_problem *p) {
     if (!p->is_varlen) return;
     #pragma omp for schedule(static)
-    for (int64_t b = 0; b <= p->batch; ++b) {
+    for (int64_t b = -1; b <= p->batch; ++b) {
         int64_t row0, n;
-        if (b < p->batch) {
+        if (b < 0) {
+            row0 = 0;
+            n = p->cu_seqlens_k[0];
+        } else if (b < p->batch) {
             flashc_seq_info seq = flashc_problem_seq(p, b);
             row0 = seq.k_start + seq.sk;
             n = p->cu_seqlens_k[b + 1] - row0;

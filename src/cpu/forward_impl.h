@@ -210,7 +210,8 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
 }
 
 /* Rows no task writes: S_dmask padding rows, and in varlen mode the packed
- * rows after the last sequence (out 0, LSE +inf, as rows that see nothing). */
+ * rows before the first and after the last sequence (out 0, LSE +inf, as
+ * rows that see nothing). */
 static void fc_forward_fill_uncovered(const flashc_problem *p) {
     if (p->s_dmask.data) {
         const flashc_score_tensor *sd = &p->s_dmask;
@@ -227,9 +228,10 @@ static void fc_forward_fill_uncovered(const flashc_problem *p) {
         }
     }
     if (p->is_varlen) {
-        int64_t first = p->cu_seqlens_q[p->batch];
+        int64_t head = p->cu_seqlens_q[0], tail = p->cu_seqlens_q[p->batch];
         #pragma omp for schedule(static)
-        for (int64_t row = first; row < p->total_q; ++row)
+        for (int64_t row = 0; row < p->total_q; ++row) {
+            if (row >= head && row < tail) continue;
             for (int64_t h = 0; h < p->nheads; ++h) {
                 for (int64_t x = 0; x < p->head_dim_v; ++x)
                     fc_store_one(p->out.data, p->out.dtype, fc_seq_offset(&p->out, 0, row, h) + x, 0);
@@ -237,6 +239,7 @@ static void fc_forward_fill_uncovered(const flashc_problem *p) {
                     fc_store_one(p->lse.data, p->lse.dtype, fc_row_offset(&p->lse, 0, row, h),
                                  (real)INFINITY);
             }
+        }
     }
 }
 

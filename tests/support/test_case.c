@@ -127,14 +127,14 @@ int test_case_init(test_case *tc, const test_config *cfg, uint64_t seed) {
     } else {
         int64_t cu_q[TEST_MAX_BATCH + 1], cu_k[TEST_MAX_BATCH + 1];
         int64_t max_q = 0, max_k = 0;
-        cu_q[0] = cu_k[0] = 0;
+        cu_q[0] = cu_k[0] = c->varlen_gap_rows;
         for (int64_t b = 0; b < B; ++b) {
             cu_q[b + 1] = cu_q[b] + c->lens_q[b];
             cu_k[b + 1] = cu_k[b] + c->lens_k[b];
             if (c->lens_q[b] > max_q) max_q = c->lens_q[b];
             if (c->lens_k[b] > max_k) max_k = c->lens_k[b];
         }
-        int64_t tq = cu_q[B], tk = cu_k[B];
+        int64_t tq = cu_q[B] + c->varlen_gap_rows, tk = cu_k[B] + c->varlen_gap_rows;
         if (packed && (tq != tk || D != DV)) return -1;
         tc->cu_q = int32_vector(&tc->a_cu_q, cu_q, B + 1);
         tc->cu_k = int32_vector(&tc->a_cu_k, cu_k, B + 1);

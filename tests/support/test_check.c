@@ -256,6 +256,30 @@ static void plain_probabilities(const test_case *tc, int64_t b, int64_t h, const
     }
 }
 
+/* Varlen packed rows outside every sequence: [0, cu[0]) and [cu[B], total). */
+static int outside_sequences(const flashc_tensor *cu, int64_t B, int64_t row) {
+    int64_t first[1] = {0}, last[1] = {B};
+    return row < (int64_t)flashc_ref_load(cu, first) || row >= (int64_t)flashc_ref_load(cu, last);
+}
+
+/* Every element of the packed rows outside every sequence of a varlen
+ * tensor (rows, heads, dim) must equal `value`. */
+static void check_gap_rows(err_acc *acc, const test_case *tc, const flashc_tensor *t,
+                           const flashc_tensor *cu, int64_t B, double value, const char *name) {
+    char where[128];
+    for (int64_t r = 0; r < t->shape[0]; ++r) {
+        if (!outside_sequences(cu, B, r)) continue;
+        for (int64_t h = 0; h < t->shape[1]; ++h)
+            for (int64_t x = 0; x < t->shape[2]; ++x) {
+                int64_t index[3] = {r, h, x};
+                snprintf(where, sizeof where, "%s(packed row %lld outside every sequence, h=%lld, "
+                         "x=%lld)", name, (long long)r, (long long)h, (long long)x);
+                acc_exact(acc, flashc_ref_load(t, index), value, where);
+            }
+    }
+    (void)tc;
+}
+
 /* ---- Forward check ---------------------------------------------------- */
 
 int test_check_forward(const test_case *tc) {
@@ -343,6 +367,18 @@ int test_check_forward(const test_case *tc) {
         free(r_out);
         free(r_lse);
         free(r_sd);
+    }
+    if (c->varlen) {
+        check_gap_rows(&a_out, tc, &tc->out, &tc->cu_q, B, 0.0, "out");
+        if (c->with_lse) {
+            for (int64_t h = 0; h < c->nheads; ++h)
+                for (int64_t r = 0; r < tc->lse.shape[1]; ++r) {
+                    if (!outside_sequences(&tc->cu_q, B, r)) continue;
+                    snprintf(where, sizeof where, "lse(h=%lld, packed row %lld outside every "
+                             "sequence)", (long long)h, (long long)r);
+                    acc_exact(&a_lse, row_get(tc, &tc->lse, 0, 0, h, r), INFINITY, where);
+                }
+        }
     }
     int fails = acc_report(&a_out, tc, c->dtype, 0.0);
     if (c->with_lse) fails += acc_report(&a_lse, tc, lse_dt, 0.0);
@@ -510,6 +546,11 @@ int test_check_backward(const test_case *tc) {
                 double l = fabs(row_get(tc, &tc->lse, b, seq.q_start, h, i));
                 if (isfinite(l) && l > lse_max) lse_max = l;
             }
+    }
+    if (c->varlen) {
+        check_gap_rows(&a_dq, tc, &tc->dq, &tc->cu_q, B, 0.0, "dq");
+        check_gap_rows(&a_dk, tc, &tc->dk, &tc->cu_k, B, 0.0, "dk");
+        check_gap_rows(&a_dv, tc, &tc->dv, &tc->cu_k, B, 0.0, "dv");
     }
     int fails = acc_report(&a_dq, tc, dt, lse_max) + acc_report(&a_dk, tc, dt, lse_max) +
                 acc_report(&a_dv, tc, dt, lse_max);

@@ -102,6 +102,10 @@ typedef struct test_config {
     int varlen;
     int64_t lens_q[TEST_MAX_BATCH], lens_k[TEST_MAX_BATCH]; /* varlen */
     int use_seqused_k;
+    /* varlen: packed rows before the first and after the last sequence
+     * (cu_seqlens start there); the library writes them as rows that see
+     * nothing: out 0, LSE +inf, zero gradients. */
+    int64_t varlen_gap_rows;
     int64_t seqused_k[TEST_MAX_BATCH];
     test_layout layout;
     int alibi;        /* 0 off, 1 slopes (h), 2 slopes (b, h) */
