@@ -127,9 +127,8 @@ flashc_ref_seq flashc_ref_sequence(const flashc_tensor *q, const flashc_tensor *
     return s;
 }
 
-/* Element (sequence b, local row r, head h, dim x) of a q/k/v-like tensor. */
-static int64_t seq_index(const flashc_tensor *t, int varlen, int64_t b, int64_t start, int64_t r,
-                         int64_t h, int64_t x, int64_t *index) {
+void flashc_ref_seq_element(int varlen, int64_t b, int64_t start, int64_t r, int64_t h,
+                            int64_t x, int64_t index[4]) {
     if (varlen) {
         index[0] = start + r;
         index[1] = h;
@@ -140,6 +139,12 @@ static int64_t seq_index(const flashc_tensor *t, int varlen, int64_t b, int64_t 
         index[2] = h;
         index[3] = x;
     }
+}
+
+/* Element (sequence b, local row r, head h, dim x) of a q/k/v-like tensor. */
+static int64_t seq_index(const flashc_tensor *t, int varlen, int64_t b, int64_t start, int64_t r,
+                         int64_t h, int64_t x, int64_t *index) {
+    flashc_ref_seq_element(varlen, b, start, r, h, x, index);
     return flashc_ref_offset(t, index);
 }
 

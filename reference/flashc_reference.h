@@ -63,6 +63,12 @@ int64_t flashc_ref_batch_count(const flashc_tensor *q, const flashc_varlen *varl
 flashc_ref_seq flashc_ref_sequence(const flashc_tensor *q, const flashc_tensor *k,
                                    const flashc_varlen *varlen, int64_t b);
 
+/* The index of element (sequence b, local row r, head h, dim x) of a
+ * q/k/v/out-like tensor: (start + r, h, x) in varlen mode, (b, r, h, x)
+ * batched; `start` is the sequence's first packed row (q_start/k_start). */
+void flashc_ref_seq_element(int varlen, int64_t b, int64_t start, int64_t r, int64_t h,
+                            int64_t x, int64_t index[4]);
+
 /* ---- Masks, scores, dropout ------------------------------------------- */
 
 /* Is column j visible from row i (lengths len_q, len_k) under `options`

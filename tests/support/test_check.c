@@ -122,16 +122,7 @@ static int untouched_report(const test_case *tc, const char *name, const test_al
 
 static void seq_index(const test_case *tc, int64_t b, int64_t start, int64_t r, int64_t h,
                       int64_t x, int64_t *index) {
-    if (tc->cfg.varlen) {
-        index[0] = start + r;
-        index[1] = h;
-        index[2] = x;
-    } else {
-        index[0] = b;
-        index[1] = r;
-        index[2] = h;
-        index[3] = x;
-    }
+    flashc_ref_seq_element(tc->cfg.varlen, b, start, r, h, x, index);
 }
 
 static double seq_get(const test_case *tc, const flashc_tensor *t, int64_t b, int64_t start,
