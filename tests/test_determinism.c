@@ -95,13 +95,7 @@ static void bit_identical(void **state) {
     int64_t big = test_quick() ? 130 : 300;
     test_config cfgs[4];
     int n = 0;
-    test_config c = test_config_default();
-    c.dtype = FLASHC_DTYPE_FLOAT32;
-    c.batch = 2;
-    c.nheads = 4;
-    c.nheads_k = 2;
-    c.d = c.dv = 64;
-    c.seqlen_q = c.seqlen_k = big;
+    test_config c = test_config_shaped(FLASHC_DTYPE_FLOAT32, 2, 4, 2, 64, 64, big, big);
     c.with_sdmask = 1;
     c.with_dlse = 1;
     c.options.causal = 1;

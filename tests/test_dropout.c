@@ -18,13 +18,8 @@
 #include "test_support.h"
 
 static test_config dropout_base(double p) {
-    test_config c = test_config_default();
-    c.dtype = FLASHC_DTYPE_FLOAT32;
-    c.batch = 1;
-    c.nheads = 2;
-    c.nheads_k = 1;
-    c.d = c.dv = 16;
-    c.seqlen_q = c.seqlen_k = test_quick() ? 128 : 256;
+    int64_t s = test_quick() ? 128 : 256;
+    test_config c = test_config_shaped(FLASHC_DTYPE_FLOAT32, 1, 2, 1, 16, 16, s, s);
     c.with_sdmask = 1;
     c.options.dropout_p = p;
     c.options.dropout_seed = 0x0123456789abcdefull;

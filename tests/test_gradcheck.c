@@ -101,14 +101,7 @@ static int gradcheck(const test_config *cfg, uint64_t seed) {
 }
 
 static test_config small(void) {
-    test_config c = test_config_default();
-    c.batch = 2;
-    c.nheads = 4;
-    c.nheads_k = 2;
-    c.d = 4;
-    c.dv = 3;
-    c.seqlen_q = 5;
-    c.seqlen_k = 7;
+    test_config c = test_config_shaped(FLASHC_DTYPE_FLOAT64, 2, 4, 2, 4, 3, 5, 7);
     c.with_dlse = 1;
     c.options.num_threads = 1; /* thousands of tiny calls: no thread start-up */
     return c;

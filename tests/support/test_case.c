@@ -27,6 +27,20 @@ test_config test_config_default(void) {
     return c;
 }
 
+test_config test_config_shaped(flashc_dtype dtype, int64_t batch, int64_t nheads, int64_t nheads_k,
+                               int64_t d, int64_t dv, int64_t seqlen_q, int64_t seqlen_k) {
+    test_config c = test_config_default();
+    c.dtype = dtype;
+    c.batch = batch;
+    c.nheads = nheads;
+    c.nheads_k = nheads_k;
+    c.d = d;
+    c.dv = dv;
+    c.seqlen_q = seqlen_q;
+    c.seqlen_k = seqlen_k;
+    return c;
+}
+
 void test_config_describe(const test_config *c, char *buf, size_t size) {
     const flashc_attention_options *o = &c->options;
     int n = snprintf(buf, size, "%s b=%lld h=%lld hk=%lld d=%lld dv=%lld ", test_dtype_name(c->dtype),

@@ -2,15 +2,7 @@
 #include "test_grids.h"
 
 static test_config base(flashc_dtype dtype) {
-    test_config c = test_config_default();
-    c.dtype = dtype;
-    c.batch = 2;
-    c.nheads = 4;
-    c.nheads_k = 2;
-    c.d = 24;
-    c.dv = 20;
-    c.seqlen_q = 37;
-    c.seqlen_k = 45;
+    test_config c = test_config_shaped(dtype, 2, 4, 2, 24, 20, 37, 45);
     c.with_sdmask = 1;
     return c;
 }

@@ -118,6 +118,9 @@ typedef struct test_config {
 
 /* Defaults: float64, b 2, h 4, hk 2, d 16, dv 16, sq 17, sk 23, lse on. */
 test_config test_config_default(void);
+/* The defaults with this dtype and shape. */
+test_config test_config_shaped(flashc_dtype dtype, int64_t batch, int64_t nheads, int64_t nheads_k,
+                               int64_t d, int64_t dv, int64_t seqlen_q, int64_t seqlen_k);
 /* One line describing cfg, for failure messages. */
 void test_config_describe(const test_config *cfg, char *buffer, size_t size);
 
