@@ -1,11 +1,15 @@
 /* Problem grids shared by the forward and backward tests. */
 #include "test_grids.h"
 
-static test_config base(flashc_dtype dtype) {
-    test_config c = test_config_shaped(dtype, 2, 4, 2, 24, 20, 37, 45);
+/* A config of this shape that also checks S_dmask. */
+static test_config shaped(flashc_dtype dtype, int64_t batch, int64_t nheads, int64_t nheads_k,
+                          int64_t d, int64_t dv, int64_t seqlen_q, int64_t seqlen_k) {
+    test_config c = test_config_shaped(dtype, batch, nheads, nheads_k, d, dv, seqlen_q, seqlen_k);
     c.with_sdmask = 1;
     return c;
 }
+
+static test_config base(flashc_dtype dtype) { return shaped(dtype, 2, 4, 2, 24, 20, 37, 45); }
 
 int grid_features_alone(test_config *cfgs, flashc_dtype dtype) {
     int n = 0;
@@ -73,13 +77,7 @@ int grid_sequence_lengths(test_config *cfgs, flashc_dtype dtype) {
     int n = 0;
     for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; ++p) {
         for (int mode = 0; mode < 3; ++mode) {
-            test_config c = base(dtype);
-            c.nheads = 2;
-            c.nheads_k = 1;
-            c.d = 16;
-            c.dv = 16;
-            c.seqlen_q = pairs[p][0];
-            c.seqlen_k = pairs[p][1];
+            test_config c = shaped(dtype, 2, 2, 1, 16, 16, pairs[p][0], pairs[p][1]);
             if (mode == 1) c.options.causal = 1;
             if (mode == 2) {
                 c.options.window_left = 3;
@@ -96,12 +94,7 @@ int grid_sequence_lengths(test_config *cfgs, flashc_dtype dtype) {
         int64_t sq = window_shapes[p][0], sk = window_shapes[p][1];
         const int64_t rights[3] = {sq - 2, sq - 1, sk}, lefts[3] = {sk - 2, sk - 1, sq};
         for (int r = 0; r < 3; ++r) {
-            test_config c = base(dtype);
-            c.nheads = 2;
-            c.nheads_k = 1;
-            c.d = c.dv = 8;
-            c.seqlen_q = sq;
-            c.seqlen_k = sk;
+            test_config c = shaped(dtype, 2, 2, 1, 8, 8, sq, sk);
             c.options.window_left = lefts[r] < 0 ? 0 : lefts[r];
             c.options.window_right = rights[r] < 0 ? 0 : rights[r];
             cfgs[n++] = c;
@@ -123,13 +116,7 @@ int grid_tile_boundaries(test_config *cfgs, flashc_dtype dtype) {
     int n = 0;
     for (int l = 0; l < count; ++l) {
         for (int causal = 0; causal < 2; ++causal) {
-            test_config c = base(dtype);
-            c.batch = 1;
-            c.nheads = 2;
-            c.nheads_k = 1;
-            c.d = 8;
-            c.dv = 8;
-            c.seqlen_q = c.seqlen_k = lens[l];
+            test_config c = shaped(dtype, 1, 2, 1, 8, 8, lens[l], lens[l]);
             c.options.causal = causal;
             cfgs[n++] = c;
         }
@@ -138,14 +125,8 @@ int grid_tile_boundaries(test_config *cfgs, flashc_dtype dtype) {
     static const int64_t mixed_quick[][2] = {{63, 129}, {129, 63}};
     int mixed = test_quick() ? 2 : 6;
     for (int m = 0; m < mixed; ++m) {
-        test_config c = base(dtype);
-        c.batch = 1;
-        c.nheads = 2;
-        c.nheads_k = 1;
-        c.d = 8;
-        c.dv = 8;
-        c.seqlen_q = test_quick() ? mixed_quick[m][0] : mixed_full[m][0];
-        c.seqlen_k = test_quick() ? mixed_quick[m][1] : mixed_full[m][1];
+        const int64_t *sizes = test_quick() ? mixed_quick[m] : mixed_full[m];
+        test_config c = shaped(dtype, 1, 2, 1, 8, 8, sizes[0], sizes[1]);
         c.options.causal = m & 1;
         if (m == 2) {
             c.options.window_left = 65;
@@ -155,12 +136,7 @@ int grid_tile_boundaries(test_config *cfgs, flashc_dtype dtype) {
     }
     if (!test_quick()) {
         /* several tiles in both directions, wider heads, threads busy */
-        test_config c = base(dtype);
-        c.batch = 1;
-        c.nheads = 2;
-        c.nheads_k = 1;
-        c.d = c.dv = 64;
-        c.seqlen_q = c.seqlen_k = 513;
+        test_config c = shaped(dtype, 1, 2, 1, 64, 64, 513, 513);
         c.options.causal = 1;
         c.with_sdmask = 0;
         cfgs[n++] = c;
@@ -182,25 +158,12 @@ int grid_head_dims(test_config *cfgs, flashc_dtype dtype) {
                                        {1, 256}, {129, 64}, {200, 256}, {256, 256}};
     int n = 0;
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
-        test_config c = base(dtype);
-        c.batch = 1;
-        c.nheads = 2;
-        c.nheads_k = 1;
-        c.d = c.dv = dims[i];
-        c.seqlen_q = 9;
-        c.seqlen_k = 21;
+        test_config c = shaped(dtype, 1, 2, 1, dims[i], dims[i], 9, 21);
         c.options.causal = (int)(i & 1);
         cfgs[n++] = c;
     }
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
-        test_config c = base(dtype);
-        c.batch = 1;
-        c.nheads = 2;
-        c.nheads_k = 1;
-        c.d = pairs[i][0];
-        c.dv = pairs[i][1];
-        c.seqlen_q = 19;
-        c.seqlen_k = 11;
+        test_config c = shaped(dtype, 1, 2, 1, pairs[i][0], pairs[i][1], 19, 11);
         c.options.window_left = (int64_t)i;
         c.options.window_right = 2;
         cfgs[n++] = c;
@@ -214,12 +177,7 @@ int grid_dtypes(test_config *cfgs) {
     int64_t big = test_quick() ? 65 : 129;
     int n = 0;
     for (int t = 0; t < 4; ++t) {
-        test_config c = base(all[t]);
-        c.batch = 1;
-        c.nheads = 2;
-        c.nheads_k = 1;
-        c.d = c.dv = 64;
-        c.seqlen_q = c.seqlen_k = big;
+        test_config c = shaped(all[t], 1, 2, 1, 64, 64, big, big);
         cfgs[n++] = c;
         c.options.causal = 1;
         c.alibi = 2;
