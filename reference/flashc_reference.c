@@ -155,10 +155,8 @@ static double seq_load(const flashc_tensor *t, int varlen, int64_t b, int64_t st
     return flashc_ref_load(t, index);
 }
 
-/* Element (b, h, local row r) of an lse-like tensor. */
-static double row_load(const flashc_tensor *t, int varlen, int64_t b, int64_t start, int64_t h,
-                       int64_t r) {
-    int64_t index[3];
+void flashc_ref_row_element(int varlen, int64_t b, int64_t start, int64_t h, int64_t r,
+                            int64_t index[3]) {
     if (varlen) {
         index[0] = h;
         index[1] = start + r;
@@ -167,6 +165,13 @@ static double row_load(const flashc_tensor *t, int varlen, int64_t b, int64_t st
         index[1] = h;
         index[2] = r;
     }
+}
+
+/* Element (b, h, local row r) of an lse-like tensor. */
+static double row_load(const flashc_tensor *t, int varlen, int64_t b, int64_t start, int64_t h,
+                       int64_t r) {
+    int64_t index[3];
+    flashc_ref_row_element(varlen, b, start, h, r, index);
     return flashc_ref_load(t, index);
 }
 

@@ -69,6 +69,11 @@ flashc_ref_seq flashc_ref_sequence(const flashc_tensor *q, const flashc_tensor *
 void flashc_ref_seq_element(int varlen, int64_t b, int64_t start, int64_t r, int64_t h,
                             int64_t x, int64_t index[4]);
 
+/* The index of element (sequence b, head h, local row r) of an lse-like
+ * tensor: (h, start + r) in varlen mode, (b, h, r) batched. */
+void flashc_ref_row_element(int varlen, int64_t b, int64_t start, int64_t h, int64_t r,
+                            int64_t index[3]);
+
 /* ---- Masks, scores, dropout ------------------------------------------- */
 
 /* Is column j visible from row i (lengths len_q, len_k) under `options`

@@ -135,14 +135,7 @@ static double seq_get(const test_case *tc, const flashc_tensor *t, int64_t b, in
 static double row_get(const test_case *tc, const flashc_tensor *t, int64_t b, int64_t start,
                       int64_t h, int64_t r) {
     int64_t index[3];
-    if (tc->cfg.varlen) {
-        index[0] = h;
-        index[1] = start + r;
-    } else {
-        index[0] = b;
-        index[1] = h;
-        index[2] = r;
-    }
+    flashc_ref_row_element(tc->cfg.varlen, b, start, h, r, index);
     return flashc_ref_load(t, index);
 }
 
