@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_device.h"
+#include "common/device.h"
 #include "common/measure.h"
 
 static int tensor_create(flashc_cli_tensor *t, flashc_cli_problem *p, flashc_dtype dtype,
@@ -17,7 +17,7 @@ static int tensor_create(flashc_cli_tensor *t, flashc_cli_problem *p, flashc_dty
     }
     t->desc = t->host.desc;
     if (p->on_cuda) {
-        if (flashc_cli_device_alloc(&t->device_data, t->host.bytes) != 0) return -1;
+        if (flashc_tool_device_alloc(&t->device_data, t->host.bytes, name) != 0) return -1;
         p->allocated_bytes += t->host.bytes;
         t->desc.data = t->device_data;
         t->desc.device.type = FLASHC_DEVICE_CUDA;
@@ -28,16 +28,16 @@ static int tensor_create(flashc_cli_tensor *t, flashc_cli_problem *p, flashc_dty
 
 static int tensor_upload(flashc_cli_tensor *t, int on_cuda) {
     if (!on_cuda) return 0;
-    return flashc_cli_device_copy_to(t->device_data, t->host.data, t->host.bytes);
+    return flashc_tool_device_copy_to(t->device_data, t->host.data, t->host.bytes);
 }
 
 static int tensor_download(flashc_cli_tensor *t, int on_cuda) {
     if (!on_cuda) return 0;
-    return flashc_cli_device_copy_from(t->host.data, t->device_data, t->host.bytes);
+    return flashc_tool_device_copy_from(t->host.data, t->device_data, t->host.bytes);
 }
 
 static void tensor_destroy(flashc_cli_tensor *t) {
-    if (t->device_data) flashc_cli_device_free(t->device_data);
+    if (t->device_data) flashc_tool_device_free(t->device_data);
     flashc_tool_buffer_free(&t->host);
     memset(t, 0, sizeof *t);
 }
@@ -206,6 +206,11 @@ int flashc_cli_problem_create(flashc_cli_problem *p, const flashc_cli_options *o
     o.dropout_offset = 0;
     o.deterministic = opt->deterministic;
     o.num_threads = opt->threads;
+    if (p->on_cuda) {
+        /* A stream of its own: the library must launch where it is told. */
+        if (flashc_tool_stream_create(&p->stream) != 0) return -1;
+        o.stream = p->stream;
+    }
     if (opt->alibi != FLASHC_CLI_ALIBI_OFF) {
         int64_t s2[2] = {b, h}, s1[1] = {h};
         int per_bh = opt->alibi == FLASHC_CLI_ALIBI_PER_BATCH_HEAD;
@@ -261,13 +266,17 @@ int flashc_cli_problem_create(flashc_cli_problem *p, const flashc_cli_options *o
         p->bwd.varlen = vl;
         p->bwd.options = o;
         flashc_status st = flashc_attention_backward_workspace_size(&p->bwd, &p->workspace_bytes);
-        if (st != FLASHC_SUCCESS) {
+        if (st == FLASHC_ERROR_UNSUPPORTED && p->on_cuda) {
+            flashc_cli_problem_backward_unavailable(p, flashc_last_error_message());
+            p->workspace_bytes = 0;
+        } else if (st != FLASHC_SUCCESS) {
             fprintf(stderr, "flashc run: backward workspace query failed: %s: %s\n",
                     flashc_status_string(st), flashc_last_error_message());
             return -1;
-        }
-        if (p->on_cuda) {
-            if (flashc_cli_device_alloc(&p->workspace, p->workspace_bytes)) return -1;
+        } else if (p->on_cuda) {
+            if (flashc_tool_device_alloc(&p->workspace, p->workspace_bytes, "the backward workspace") ||
+                flashc_tool_device_fill(p->workspace, 0xFF, p->workspace_bytes))
+                return -1;
         } else {
             p->workspace = aligned_alloc(64, (p->workspace_bytes + 63) / 64 * 64 + 64);
             if (!p->workspace) {
@@ -286,6 +295,11 @@ int flashc_cli_problem_create(flashc_cli_problem *p, const flashc_cli_options *o
     return 0;
 }
 
+void flashc_cli_problem_backward_unavailable(flashc_cli_problem *p, const char *message) {
+    snprintf(p->backward_unavailable, sizeof p->backward_unavailable, "%s",
+             message && message[0] ? message : "the library gave no message");
+}
+
 int flashc_cli_problem_fetch_outputs(flashc_cli_problem *p, int backward) {
     if (!p->on_cuda) return 0;
     if (tensor_download(&p->out, 1) || tensor_download(&p->lse, 1)) return -1;
@@ -299,9 +313,10 @@ void flashc_cli_problem_destroy(flashc_cli_problem *p) {
                                 &p->dv, &p->alibi, &p->cu_seqlens_q, &p->cu_seqlens_k};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) tensor_destroy(all[i]);
     if (p->workspace) {
-        if (p->on_cuda) flashc_cli_device_free(p->workspace);
+        if (p->on_cuda) flashc_tool_device_free(p->workspace);
         else free(p->workspace);
     }
+    if (p->stream) flashc_tool_stream_destroy(p->stream);
     free(p->len_q);
     free(p->len_k);
     free(p->start_q);

@@ -21,6 +21,7 @@ typedef struct flashc_cli_tensor {
 
 typedef struct flashc_cli_problem {
     int on_cuda;
+    void *stream;              /* CUDA: the stream every call runs on */
     int64_t batch, heads, kv_heads, hdim, hdim_v;
     int64_t max_seqlen_q, max_seqlen_k, total_q, total_k;
     /* Per-sequence lengths and starts (batched mode: equal lengths). */
@@ -30,6 +31,10 @@ typedef struct flashc_cli_problem {
     flashc_cli_tensor alibi, cu_seqlens_q, cu_seqlens_k;
     void *workspace;           /* device (or host) memory */
     size_t workspace_bytes;
+    /* Not empty when the backward was asked for but the library cannot
+     * run it on this device (FLASHC_ERROR_UNSUPPORTED): the library's
+     * message. The forward still runs and is checked. */
+    char backward_unavailable[512];
 
     flashc_forward_args fwd;   /* over the library-side descriptors */
     flashc_backward_args bwd;
@@ -44,6 +49,10 @@ typedef struct flashc_cli_problem {
  * errors with flashc_status_string and flashc_last_error_message). */
 int flashc_cli_problem_create(flashc_cli_problem *p, const flashc_cli_options *opt);
 void flashc_cli_problem_destroy(flashc_cli_problem *p);
+
+/* Record that the library reported FLASHC_ERROR_UNSUPPORTED for the
+ * backward on this device, with its message. */
+void flashc_cli_problem_backward_unavailable(flashc_cli_problem *p, const char *message);
 
 /* Copy the outputs (out, lse; and dq, dk, dv when `backward`) from the
  * device to the host copies. No-op on the CPU. */

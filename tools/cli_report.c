@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 
+#include "common/device.h"
 #include "common/host_data.h"
 #include "common/measure.h"
 
@@ -15,7 +16,8 @@ static const char *alibi_name(flashc_cli_alibi a) {
 
 void flashc_cli_report_problem(const flashc_cli_problem *p, const flashc_cli_options *opt) {
     printf("flashc %s  device %s", flashc_version(), p->on_cuda ? "cuda:0" : "cpu");
-    if (!p->on_cuda) printf(" (threads %d%s)", opt->threads, opt->threads == 0 ? " = OpenMP default" : "");
+    if (p->on_cuda) printf(" (%s)", flashc_tool_cuda_device_name());
+    else printf(" (threads %d%s)", opt->threads, opt->threads == 0 ? " = OpenMP default" : "");
     printf("\n");
     printf("problem   batch %lld  heads %lld/%lld (q/kv)  seqlen %lld/%lld (q/k%s)  hdim %lld/%lld (qk/v)  %s\n",
            (long long)p->batch, (long long)p->heads, (long long)p->kv_heads,
@@ -46,13 +48,17 @@ static void report_error_line(const char *name, const flashc_cli_error *e, int a
 void flashc_cli_report_results(const flashc_cli_problem *p, const flashc_cli_options *opt,
                                const flashc_cli_timing *t, const flashc_cli_check *check) {
     const double gf = p->forward_flops * 1e-9;
-    printf("timing    median of %d run%s after %d warm-up%s (FLOPs: forward 4*b*h*sq*sk*d, halved when causal and sq == sk; backward 2.5x)\n",
-           opt->repeat, opt->repeat == 1 ? "" : "s", opt->warmup, opt->warmup == 1 ? "" : "s");
-    printf("  forward   %10.4f s  %9.2f GFLOP/s  (%.2f GFLOP, min %.4f s)\n", t->forward_median_s,
-           gf / t->forward_median_s, gf, t->forward_min_s);
-    if (opt->backward)
-        printf("  backward  %10.4f s  %9.2f GFLOP/s  (%.2f GFLOP, min %.4f s)\n", t->backward_median_s,
-               2.5 * gf / t->backward_median_s, 2.5 * gf, t->backward_min_s);
+    printf("timing    median of %d run%s after %d warm-up%s, %s (FLOPs: forward 4*b*h*sq*sk*d, halved when causal and sq == sk; backward 2.5x)\n",
+           opt->repeat, opt->repeat == 1 ? "" : "s", opt->warmup, opt->warmup == 1 ? "" : "s",
+           p->on_cuda ? "CUDA events on the call's stream" : "wall clock");
+    printf("  forward   %10.3f ms  %10.2f GFLOP/s  (%.2f GFLOP, min %.3f ms)\n", 1e3 * t->forward_median_s,
+           gf / t->forward_median_s, gf, 1e3 * t->forward_min_s);
+    if (t->backward_ran)
+        printf("  backward  %10.3f ms  %10.2f GFLOP/s  (%.2f GFLOP, min %.3f ms)\n", 1e3 * t->backward_median_s,
+               2.5 * gf / t->backward_median_s, 2.5 * gf, 1e3 * t->backward_min_s);
+    else if (p->backward_unavailable[0])
+        printf("  backward  not run: not available on this device in this version of the library\n"
+               "            (FLASHC_ERROR_UNSUPPORTED: %s)\n", p->backward_unavailable);
     printf("memory    allocated %.1f MiB (inputs, outputs, gradients, workspace %.1f MiB); peak RSS %.1f MiB\n",
            (double)p->allocated_bytes / 1048576.0, (double)p->workspace_bytes / 1048576.0,
            (double)flashc_tool_peak_rss_bytes() / 1048576.0);
