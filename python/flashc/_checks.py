@@ -1,0 +1,154 @@
+"""Argument checks done in Python before any output is allocated or any
+random number drawn. The C library validates everything again (and names
+the argument); these catch what would otherwise fail obscurely in Python
+(a wrong rank before shapes are read) or what only Python knows (torch
+dtypes and devices, whether the library has the CUDA backend)."""
+import math
+
+import torch
+
+from . import _cabi, _library
+from .errors import FlashcTypeError, FlashcUnsupportedError, FlashcValueError
+
+ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def rank(t, name, expected, layout):
+    if not isinstance(t, torch.Tensor):
+        raise FlashcTypeError(
+            _cabi.ERROR_ARGUMENT, f"{name}: expected a torch.Tensor, got {type(t).__name__}"
+        )
+    if t.dim() != expected:
+        raise FlashcValueError(
+            _cabi.ERROR_RANK,
+            f"{name}: expected rank {expected} {layout}, got shape {tuple(t.shape)}",
+        )
+
+
+def attention_dtype(t, name, like=None, like_name="q"):
+    if t.dtype not in ATTENTION_DTYPES:
+        raise FlashcTypeError(
+            _cabi.ERROR_DTYPE,
+            f"{name}: dtype {t.dtype} is not supported (float16, bfloat16, float32, "
+            "float64 on the CPU)",
+        )
+    if like is not None and t.dtype != like.dtype:
+        raise FlashcTypeError(
+            _cabi.ERROR_DTYPE, f"{name}: dtype {t.dtype} differs from {like_name}'s {like.dtype}"
+        )
+
+
+def same_device(named):
+    """All tensors of `named` ((name, tensor-or-None) pairs) on one device
+    the library can use."""
+    first_name, first = None, None
+    for name, t in named:
+        if t is None:
+            continue
+        if first is None:
+            first_name, first = name, t
+            continue
+        if t.device != first.device:
+            raise FlashcValueError(
+                _cabi.ERROR_DEVICE,
+                f"{name}: is on {t.device} but {first_name} is on {first.device}; all tensors "
+                "must be on one device",
+            )
+    if first is None:
+        return
+    if first.device.type not in ("cpu", "cuda"):
+        raise FlashcValueError(
+            _cabi.ERROR_DEVICE,
+            f"{first_name}: device {first.device} is not supported (cpu or cuda)",
+        )
+    if first.device.type == "cuda" and not _library.cuda_available():
+        raise FlashcUnsupportedError(
+            _cabi.ERROR_UNSUPPORTED,
+            f"{first_name}: is a CUDA tensor, but the flashc library ({_library.path}) has "
+            "no CUDA backend or sees no CUDA device",
+        )
+
+
+def dropout(p):
+    if not (isinstance(p, (int, float)) and 0.0 <= p < 1.0):
+        raise FlashcValueError(_cabi.ERROR_DROPOUT, f"dropout_p: must be in [0, 1), got {p!r}")
+
+
+def softmax_scale(scale):
+    if not math.isfinite(scale):
+        raise FlashcValueError(_cabi.ERROR_SCALE, f"softmax_scale: must be finite, got {scale!r}")
+    if scale == 0.0:
+        # 0 selects 1/sqrt(d) in the C API, so it cannot mean "scale 0".
+        raise FlashcValueError(
+            _cabi.ERROR_SCALE,
+            "softmax_scale: must be non-zero (None selects the default 1/sqrt(head dim))",
+        )
+
+
+def int32_vector(t, name, length=None):
+    if not isinstance(t, torch.Tensor):
+        raise FlashcTypeError(
+            _cabi.ERROR_ARGUMENT, f"{name}: expected a torch.Tensor, got {type(t).__name__}"
+        )
+    if t.dtype != torch.int32:
+        raise FlashcTypeError(_cabi.ERROR_DTYPE, f"{name}: dtype must be torch.int32, got {t.dtype}")
+    if t.dim() != 1:
+        raise FlashcValueError(
+            _cabi.ERROR_RANK, f"{name}: expected a 1-D tensor, got shape {tuple(t.shape)}"
+        )
+    if length is not None and t.shape[0] != length:
+        raise FlashcValueError(
+            _cabi.ERROR_CU_SEQLENS, f"{name}: expected {length} entries, got {t.shape[0]}"
+        )
+
+
+def cu_seqlens(cu_q, cu_k):
+    int32_vector(cu_q, "cu_seqlens_q")
+    int32_vector(cu_k, "cu_seqlens_k")
+    if cu_q.shape[0] < 2:
+        raise FlashcValueError(
+            _cabi.ERROR_CU_SEQLENS,
+            f"cu_seqlens_q: needs batch + 1 >= 2 entries, got {cu_q.shape[0]}",
+        )
+    if cu_k.shape[0] != cu_q.shape[0]:
+        raise FlashcValueError(
+            _cabi.ERROR_CU_SEQLENS,
+            f"cu_seqlens_k: has {cu_k.shape[0]} entries but cu_seqlens_q has {cu_q.shape[0]}",
+        )
+
+
+def rng_state(state, dropout_p):
+    if dropout_p == 0.0:
+        return
+    if state is None:
+        raise FlashcValueError(
+            _cabi.ERROR_ARGUMENT,
+            "rng_state: required when dropout_p > 0 (the forward's (seed, offset))",
+        )
+    if state.dtype != torch.int64 or state.numel() != 2:
+        raise FlashcValueError(
+            _cabi.ERROR_ARGUMENT,
+            f"rng_state: expected an int64 tensor of 2 elements (seed, offset), got "
+            f"{state.dtype} of shape {tuple(state.shape)}",
+        )
+
+
+def not_supported(value, name, why):
+    if value is not None:
+        raise FlashcUnsupportedError(_cabi.ERROR_UNSUPPORTED, f"{name}: {why}")
+
+
+def gradient_buffer(t, name, like, like_name):
+    """A caller-provided dq/dk/dv buffer: q's dtype and device, written in
+    place, so it cannot be copied to fix its layout."""
+    if t is None:
+        return
+    if t.dtype != like.dtype:
+        raise FlashcTypeError(
+            _cabi.ERROR_DTYPE, f"{name}: dtype {t.dtype} differs from {like_name}'s {like.dtype}"
+        )
+    if t.shape != like.shape:
+        raise FlashcValueError(
+            _cabi.ERROR_SHAPE,
+            f"{name}: expected shape {tuple(like.shape)} (as {like_name}), got {tuple(t.shape)}",
+        )

@@ -1,0 +1,303 @@
+"""The four flashc operators, registered with torch.library in the `flashc`
+namespace (flashc::_flash_attn_forward, flashc::_flash_attn_varlen_forward,
+flashc::_flash_attn_backward, flashc::_flash_attn_varlen_backward), with
+fake implementations for torch.compile. Names, parameters and return values
+are flash_attn's; the backward operators take one more, optional argument,
+`dlse` (the gradient of softmax_lse).
+
+The operators take head dims the backend accepts (the autograd layer pads);
+inputs whose last dim is strided are made contiguous; everything else is
+described to the C library as the view it is.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from . import _checks, _kernels, _rng, _shapes, _softmax_d
+from ._tensors import maybe_contiguous
+
+_DEVICES = ("cpu", "cuda")
+
+
+def _check_attention_inputs(q, k, v, rank, layout):
+    _checks.rank(q, "q", rank, layout)
+    _checks.rank(k, "k", rank, layout)
+    _checks.rank(v, "v", rank, layout)
+    _checks.attention_dtype(q, "q")
+    _checks.attention_dtype(k, "k", q)
+    _checks.attention_dtype(v, "v", q)
+
+
+def _check_forward_scalars(dropout_p, softmax_scale):
+    _checks.dropout(dropout_p)
+    _checks.softmax_scale(softmax_scale)
+
+
+def _dropout_words(device, dropout_p):
+    if dropout_p > 0.0:
+        return _rng.draw(device)
+    return 0, 0, _rng.unused(device)
+
+
+# ---- forward -----------------------------------------------------------------
+
+
+@torch.library.custom_op("flashc::_flash_attn_forward", mutates_args=(), device_types=_DEVICES)
+def _flash_attn_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float,
+    softmax_scale: float,
+    causal: bool,
+    window_size_left: int,
+    window_size_right: int,
+    softcap: float,
+    alibi_slopes: Optional[torch.Tensor],
+    return_softmax: bool,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_attention_inputs(q, k, v, 4, "(batch, seqlen, nheads, headdim)")
+    _checks.same_device([("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes)])
+    _check_forward_scalars(dropout_p, softmax_scale)
+    q, k, v = [maybe_contiguous(x) for x in (q, k, v)]
+    out, lse, s_dmask, _ = _batched_forward_outputs(q, k, v, return_softmax, dropout_p)
+    seed, offset, rng_state = _dropout_words(q.device, dropout_p)
+    _kernels.forward(
+        q, k, v, out, lse, s_dmask if s_dmask.numel() else None,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
+        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, seed=seed, offset=offset,
+    )
+    return out, lse, s_dmask, rng_state
+
+
+def _batched_forward_outputs(q, k, v, return_softmax, dropout_p):
+    b, sq, h, _ = q.shape
+    sk = k.shape[1]
+    s_dmask = _shapes.s_dmask_shape(b, h, sq, sk) if return_softmax and dropout_p > 0 else None
+    return _shapes.forward_outputs(q, v, (b, h, sq), s_dmask)
+
+
+@_flash_attn_forward.register_fake
+def _(q, k, v, dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
+      alibi_slopes, return_softmax):
+    return _batched_forward_outputs(q, k, v, return_softmax, dropout_p)
+
+
+@torch.library.custom_op(
+    "flashc::_flash_attn_varlen_forward", mutates_args=(), device_types=_DEVICES
+)
+def _flash_attn_varlen_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float,
+    softmax_scale: float,
+    causal: bool,
+    window_size_left: int = -1,
+    window_size_right: int = -1,
+    softcap: float = 0.0,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    return_softmax: bool = False,
+    block_table: Optional[torch.Tensor] = None,
+    leftpad_k: Optional[torch.Tensor] = None,
+    seqused_k: Optional[torch.Tensor] = None,
+    zero_tensors: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    _checks.not_supported(block_table, "block_table", "paged KV is not supported by flashc yet")
+    _checks.not_supported(leftpad_k, "leftpad_k", "left padding of keys is not supported by flashc")
+    _check_attention_inputs(q, k, v, 3, "(total, nheads, headdim)")
+    _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)
+    if seqused_k is not None:
+        _checks.int32_vector(seqused_k, "seqused_k", cu_seqlens_q.shape[0] - 1)
+    _checks.same_device([("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+                         ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
+                         ("alibi_slopes", alibi_slopes)])
+    _check_forward_scalars(dropout_p, softmax_scale)
+    q, k, v = [maybe_contiguous(x) for x in (q, k, v)]
+    out, lse, s_dmask, _ = _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q,
+                                                   max_seqlen_k, return_softmax, dropout_p)
+    seed, offset, rng_state = _dropout_words(q.device, dropout_p)
+    _kernels.forward(
+        q, k, v, out, lse, s_dmask if s_dmask.numel() else None,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
+        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, seed=seed, offset=offset,
+        cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
+        seqused_k=None if seqused_k is None else seqused_k.contiguous(),
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+    )
+    if zero_tensors:
+        _lse_outside_sequences(lse, cu_seqlens_q, float("-inf"))
+    return out, lse, s_dmask, rng_state
+
+
+def _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, return_softmax,
+                            dropout_p):
+    total_q, h, _ = q.shape
+    batch = cu_seqlens_q.shape[0] - 1
+    s_dmask = (
+        _shapes.s_dmask_shape(batch, h, max_seqlen_q, max_seqlen_k)
+        if return_softmax and dropout_p > 0
+        else None
+    )
+    return _shapes.forward_outputs(q, v, (h, total_q), s_dmask)
+
+
+def _lse_outside_sequences(lse, cu_seqlens_q, value):
+    """flash_attn's zero_tensors: packed rows that belong to no sequence keep
+    LSE -inf (flashc writes them as rows that see no key: out 0, LSE +inf)."""
+    rows = torch.arange(lse.shape[1], device=lse.device)
+    outside = (rows < cu_seqlens_q[0]) | (rows >= cu_seqlens_q[-1])
+    lse.masked_fill_(outside.unsqueeze(0), value)
+
+
+@_flash_attn_varlen_forward.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+      causal, window_size_left=-1, window_size_right=-1, softcap=0.0, alibi_slopes=None,
+      return_softmax=False, block_table=None, leftpad_k=None, seqused_k=None,
+      zero_tensors=False):
+    return _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
+                                   return_softmax, dropout_p)
+
+
+# ---- backward ----------------------------------------------------------------
+
+
+def _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, rank, layout):
+    _check_attention_inputs(q, k, v, rank, layout)
+    _checks.rank(dout, "dout", rank, layout)
+    _checks.rank(out, "out", rank, layout)
+    _checks.attention_dtype(out, "out", q)
+    _checks.attention_dtype(dout, "dout", q)
+    _checks.gradient_buffer(dq, "dq", q, "q")
+    _checks.gradient_buffer(dk, "dk", k, "k")
+    _checks.gradient_buffer(dv, "dv", v, "v")
+
+
+def _gradient_buffers(q, k, v, dq, dk, dv):
+    return (
+        torch.empty_like(q) if dq is None else dq,
+        torch.empty_like(k) if dk is None else dk,
+        torch.empty_like(v) if dv is None else dv,
+    )
+
+
+@torch.library.custom_op(
+    "flashc::_flash_attn_backward", mutates_args=("dq", "dk", "dv"), device_types=_DEVICES
+)
+def _flash_attn_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    dq: Optional[torch.Tensor],
+    dk: Optional[torch.Tensor],
+    dv: Optional[torch.Tensor],
+    dropout_p: float,
+    softmax_scale: float,
+    causal: bool,
+    window_size_left: int,
+    window_size_right: int,
+    softcap: float,
+    alibi_slopes: Optional[torch.Tensor],
+    deterministic: bool,
+    rng_state: Optional[torch.Tensor] = None,
+    dlse: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 4,
+                           "(batch, seqlen, nheads, headdim)")
+    _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
+                         ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),
+                         ("dv", dv), ("alibi_slopes", alibi_slopes), ("rng_state", rng_state)])
+    _check_forward_scalars(dropout_p, softmax_scale)
+    _checks.rng_state(rng_state, dropout_p)
+    dout, q, k, v, out = [maybe_contiguous(x) for x in (dout, q, k, v, out)]
+    dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
+    seed, offset = _rng.replay(rng_state) if dropout_p > 0 else (0, 0)
+    softmax_d = _shapes.softmax_d_batched(q)
+    _kernels.backward(
+        dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
+        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic,
+    )
+    _softmax_d.fill_batched(softmax_d, dout, out, dlse)
+    return softmax_d
+
+
+@_flash_attn_backward.register_fake
+def _(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, causal,
+      window_size_left, window_size_right, softcap, alibi_slopes, deterministic, rng_state=None,
+      dlse=None):
+    return _shapes.softmax_d_batched(q)
+
+
+@torch.library.custom_op(
+    "flashc::_flash_attn_varlen_backward", mutates_args=("dq", "dk", "dv"), device_types=_DEVICES
+)
+def _flash_attn_varlen_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    softmax_lse: torch.Tensor,
+    dq: Optional[torch.Tensor],
+    dk: Optional[torch.Tensor],
+    dv: Optional[torch.Tensor],
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float,
+    softmax_scale: float,
+    causal: bool,
+    window_size_left: int,
+    window_size_right: int,
+    softcap: float,
+    alibi_slopes: Optional[torch.Tensor],
+    deterministic: bool,
+    rng_state: Optional[torch.Tensor] = None,
+    zero_tensors: bool = False,
+    dlse: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    # zero_tensors needs no work here: flashc writes dq, dk and dv in full,
+    # rows outside every sequence included (as zeros).
+    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 3,
+                           "(total, nheads, headdim)")
+    _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)
+    _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
+                         ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),
+                         ("dv", dv), ("cu_seqlens_q", cu_seqlens_q),
+                         ("cu_seqlens_k", cu_seqlens_k), ("alibi_slopes", alibi_slopes),
+                         ("rng_state", rng_state)])
+    _check_forward_scalars(dropout_p, softmax_scale)
+    _checks.rng_state(rng_state, dropout_p)
+    dout, q, k, v, out = [maybe_contiguous(x) for x in (dout, q, k, v, out)]
+    dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
+    seed, offset = _rng.replay(rng_state) if dropout_p > 0 else (0, 0)
+    softmax_d = _shapes.softmax_d_varlen(q, cu_seqlens_q)
+    _kernels.backward(
+        dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
+        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic,
+        cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+    )
+    _softmax_d.fill_varlen(softmax_d, dout, out, dlse, cu_seqlens_q)
+    return softmax_d
+
+
+@_flash_attn_varlen_backward.register_fake
+def _(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+      max_seqlen_k, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+      softcap, alibi_slopes, deterministic, rng_state=None, zero_tensors=False, dlse=None):
+    return _shapes.softmax_d_varlen(q, cu_seqlens_q)
