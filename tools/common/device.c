@@ -1,6 +1,7 @@
 #include "device.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "flashc.h"
 
@@ -117,6 +118,37 @@ void flashc_tool_timer_destroy(flashc_tool_event_timer *t) {
     t->start = t->stop = NULL;
 }
 
+int flashc_tool_time_calls(void *stream, int count, int (*fn)(void *ctx, int i), void *ctx,
+                           double *seconds) {
+    cudaEvent_t *ev = calloc((size_t)(2 * count), sizeof *ev);
+    if (!ev) return -1;
+    int created = 0, rc = 0;
+    for (; created < 2 * count; ++created)
+        if (cuda_check(cudaEventCreate(&ev[created]), "cudaEventCreate") != 0) {
+            rc = -1;
+            break;
+        }
+    for (int i = 0; rc == 0 && i < count; ++i) {
+        if (cuda_check(cudaEventRecord(ev[2 * i], (cudaStream_t)stream), "cudaEventRecord") != 0 ||
+            fn(ctx, i) != 0 ||
+            cuda_check(cudaEventRecord(ev[2 * i + 1], (cudaStream_t)stream), "cudaEventRecord") != 0)
+            rc = -1;
+    }
+    if (rc == 0 && (cuda_check(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize") != 0 ||
+                    cuda_check(cudaGetLastError(), "a kernel on the stream") != 0))
+        rc = -1;
+    for (int i = 0; rc == 0 && i < count; ++i) {
+        float ms = 0.0f;
+        if (cuda_check(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime") != 0)
+            rc = -1;
+        seconds[i] = 1e-3 * (double)ms;
+    }
+    if (rc != 0) cudaStreamSynchronize((cudaStream_t)stream);
+    for (int i = 0; i < created; ++i) cudaEventDestroy(ev[i]);
+    free(ev);
+    return rc;
+}
+
 #else /* built without the CUDA runtime */
 
 static int no_cuda(void) {
@@ -187,5 +219,15 @@ int flashc_tool_timer_stop(flashc_tool_event_timer *t, double *seconds) {
 }
 
 void flashc_tool_timer_destroy(flashc_tool_event_timer *t) { (void)t; }
+
+int flashc_tool_time_calls(void *stream, int count, int (*fn)(void *ctx, int i), void *ctx,
+                           double *seconds) {
+    (void)stream;
+    (void)count;
+    (void)fn;
+    (void)ctx;
+    (void)seconds;
+    return no_cuda();
+}
 
 #endif

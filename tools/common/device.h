@@ -44,4 +44,11 @@ int flashc_tool_timer_start(flashc_tool_event_timer *t);
 int flashc_tool_timer_stop(flashc_tool_event_timer *t, double *seconds);
 void flashc_tool_timer_destroy(flashc_tool_event_timer *t);
 
+/* Times `count` calls of fn(ctx, i) enqueued back to back on `stream`:
+ * events recorded around each call, one wait at the end, so the host's
+ * launch work overlaps the device's and is not counted. fn returns 0, or
+ * -1 to stop (after printing why). seconds[i] is call i's time. */
+int flashc_tool_time_calls(void *stream, int count, int (*fn)(void *ctx, int i), void *ctx,
+                           double *seconds);
+
 #endif
