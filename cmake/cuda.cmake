@@ -8,6 +8,13 @@ if(NOT FLASHC_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER AND FLASHC_CUDA_SOURCES)
     set(FLASHC_WITH_CUDA ON)
+    # Real code for Ampere (sm_80) and Hopper (sm_90), plus PTX for newer
+    # GPUs, which the driver compiles at load time.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80-real 90-real 90-virtual)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
   elseif(FLASHC_CUDA STREQUAL "ON")
     if(NOT CMAKE_CUDA_COMPILER)
       message(FATAL_ERROR "FLASHC_CUDA=ON but no CUDA compiler (nvcc) was found")

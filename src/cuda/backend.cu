@@ -1,0 +1,158 @@
+/* The CUDA backend's entry points (declared in src/core/backend.h): checks
+ * that only this backend has (dtypes, head dims, 16-byte rows), the
+ * kernel parameters, the choice of configuration, and the launches on the
+ * caller's stream and device. */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "../core/backend.h"
+#include "../core/error.h"
+}
+#include "fwd_launch.h"
+
+#define FLASHC_LOG2E_D 1.4426950408889634
+
+extern "C" int flashc_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* no driver or no device: clear the sticky state */
+        return 0;
+    }
+    return n;
+}
+
+static bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
+
+/* cp.async moves 16-byte chunks: every row of q, k, v, out must start on a
+ * 16-byte boundary. */
+static flashc_status check_rows_aligned(const char *name, const flashc_seq_tensor *t) {
+    if (!aligned16(t->data) || t->batch_stride % 8 || t->row_stride % 8 || t->head_stride % 8)
+        return flashc_fail(FLASHC_ERROR_STRIDE,
+                           "%s: the CUDA backend needs 16-byte aligned rows (data pointer aligned to 16 "
+                           "bytes, batch/row/head strides multiples of 8 elements)",
+                           name);
+    return FLASHC_SUCCESS;
+}
+
+static flashc_status check_forward_supported(const flashc_problem *p) {
+    if (p->dtype != FLASHC_DTYPE_FLOAT16 && p->dtype != FLASHC_DTYPE_BFLOAT16)
+        return flashc_fail(FLASHC_ERROR_DTYPE,
+                           "q: the CUDA backend takes float16 or bfloat16 (got %s); use the CPU backend for "
+                           "float32 / float64",
+                           p->dtype == FLASHC_DTYPE_FLOAT32 ? "float32" : "float64");
+    if (p->head_dim % 8)
+        return flashc_fail(FLASHC_ERROR_HEAD_DIM,
+                           "q: head dim %lld is not a multiple of 8, which the CUDA backend needs (pad it)",
+                           (long long)p->head_dim);
+    if (p->head_dim_v % 8)
+        return flashc_fail(FLASHC_ERROR_HEAD_DIM,
+                           "v: head dim %lld is not a multiple of 8, which the CUDA backend needs (pad it)",
+                           (long long)p->head_dim_v);
+    flashc_status st;
+    if ((st = check_rows_aligned("q", &p->q)) != FLASHC_SUCCESS) return st;
+    if ((st = check_rows_aligned("k", &p->k)) != FLASHC_SUCCESS) return st;
+    if ((st = check_rows_aligned("v", &p->v)) != FLASHC_SUCCESS) return st;
+    if ((st = check_rows_aligned("out", &p->out)) != FLASHC_SUCCESS) return st;
+    if (p->seqlen_q > INT32_MAX || p->seqlen_k > INT32_MAX)
+        return flashc_fail(FLASHC_ERROR_SHAPE, "q: sequence lengths above 2^31 - 1 are not supported on CUDA");
+    return FLASHC_SUCCESS;
+}
+
+static int clamp_window(int64_t w) { return w > INT32_MAX ? INT32_MAX : (int)w; }
+
+static flashc_fwd_params make_fwd_params(const flashc_problem *p) {
+    flashc_fwd_params k;
+    k.q = p->q.data;
+    k.k = p->k.data;
+    k.v = p->v.data;
+    k.out = p->out.data;
+    k.lse = (float *)p->lse.data;
+    k.q_batch_stride = p->q.batch_stride, k.q_row_stride = p->q.row_stride, k.q_head_stride = p->q.head_stride;
+    k.k_batch_stride = p->k.batch_stride, k.k_row_stride = p->k.row_stride, k.k_head_stride = p->k.head_stride;
+    k.v_batch_stride = p->v.batch_stride, k.v_row_stride = p->v.row_stride, k.v_head_stride = p->v.head_stride;
+    k.o_batch_stride = p->out.batch_stride, k.o_row_stride = p->out.row_stride;
+    k.o_head_stride = p->out.head_stride;
+    k.lse_batch_stride = p->lse.batch_stride, k.lse_head_stride = p->lse.head_stride;
+    k.lse_row_stride = p->lse.row_stride;
+    k.batch = (int)p->batch;
+    k.nheads = (int)p->nheads;
+    k.nheads_k = (int)p->nheads_k;
+    k.head_dim = (int)p->head_dim;
+    k.head_dim_v = (int)p->head_dim_v;
+    k.seqlen_q = (int)p->seqlen_q;
+    k.seqlen_k = (int)p->seqlen_k;
+    k.cu_seqlens_q = p->cu_seqlens_q;
+    k.cu_seqlens_k = p->cu_seqlens_k;
+    k.seqused_k = p->seqused_k;
+    k.total_q = p->total_q;
+    k.total_k = p->total_k;
+    k.scale_log2 = (float)(p->scale * FLASHC_LOG2E_D);
+    k.softcap_inv_scale = p->softcap > 0.0 ? (float)(p->scale / p->softcap) : 0.0f;
+    k.softcap_log2 = (float)(p->softcap * FLASHC_LOG2E_D);
+    k.alibi_slopes = p->alibi_slopes;
+    k.alibi_batch_stride = p->alibi_batch_stride;
+    k.alibi_head_stride = p->alibi_head_stride;
+    k.window_left = clamp_window(p->window_left);
+    k.window_right = clamp_window(p->window_right);
+    k.dropout_threshold = p->dropout_p > 0.0 ? p->dropout_threshold : 0u;
+    k.dropout_rescale = p->dropout_p > 0.0 ? (float)(1.0 / (1.0 - p->dropout_p)) : 1.0f;
+    k.dropout_seed = p->dropout_seed;
+    k.dropout_offset = p->dropout_offset;
+    return k;
+}
+
+/* The smallest compiled head dim that holds both d and dv. */
+static cudaError_t run_forward_kernel(const flashc_fwd_params *k, void *stream, int is_bf16, int general) {
+    const int d = k->head_dim > k->head_dim_v ? k->head_dim : k->head_dim_v;
+#define FLASHC_TRY_CONFIG(HEAD_DIM, BM, BN, BNG, W, C) \
+    if (d <= HEAD_DIM) return flashc_fwd_run_hdim##HEAD_DIM(k, stream, is_bf16, general);
+    FLASHC_FWD_CONFIGS(FLASHC_TRY_CONFIG)
+#undef FLASHC_TRY_CONFIG
+    return cudaErrorInvalidValue; /* unreachable: validation caps head dims at 256 */
+}
+
+/* Runs `body` with the problem's device current, then restores the caller's. */
+static flashc_status launch_on_device(int device, cudaError_t (*body)(const flashc_problem *),
+                                      const flashc_problem *p) {
+    int previous = -1;
+    cudaError_t err = cudaGetDevice(&previous);
+    if (err == cudaSuccess && previous != device) err = cudaSetDevice(device);
+    if (err == cudaSuccess) err = body(p);
+    if (previous >= 0 && previous != device) cudaSetDevice(previous);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return flashc_fail(FLASHC_ERROR_BACKEND, "CUDA: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
+    }
+    return FLASHC_SUCCESS;
+}
+
+static cudaError_t forward_body(const flashc_problem *p) {
+    const flashc_fwd_params k = make_fwd_params(p);
+    const int is_bf16 = p->dtype == FLASHC_DTYPE_BFLOAT16;
+    const int general = p->softcap > 0.0 || p->alibi_slopes != NULL || k.dropout_threshold != 0u;
+    cudaError_t err = run_forward_kernel(&k, p->stream, is_bf16, general);
+    if (err == cudaSuccess && p->is_varlen) err = flashc_fwd_fill_outside_rows(&k, is_bf16, p->stream);
+    if (err == cudaSuccess && p->s_dmask.data) err = flashc_fwd_write_dmask(&k, &p->s_dmask, is_bf16, p->stream);
+    return err;
+}
+
+extern "C" flashc_status flashc_cuda_forward(const flashc_problem *p) {
+    flashc_status st = check_forward_supported(p);
+    if (st != FLASHC_SUCCESS) return st;
+    return launch_on_device(p->device_index, forward_body, p);
+}
+
+extern "C" size_t flashc_cuda_backward_workspace_size(const flashc_problem *p) {
+    (void)p;
+    return 0;
+}
+
+extern "C" flashc_status flashc_cuda_backward(const flashc_problem *p) {
+    (void)p;
+    return flashc_fail(FLASHC_ERROR_UNSUPPORTED,
+                       "dq: the CUDA backend has no backward pass in this version (run the backward on CPU "
+                       "tensors)");
+}

@@ -1,0 +1,4 @@
+/* Forward kernels for head dims up to 64 (tile shape: fwd_config.h). */
+#include "fwd_launch.cuh"
+
+FLASHC_FWD_DEFINE_RUN(64)

@@ -1,0 +1,301 @@
+/* The forward kernel (FlashAttention-2 schedule on mma.sync, sm_80+).
+ *
+ * One CTA computes BLOCK_M query rows of one (batch, head). It walks the
+ * key blocks that its rows can see, last to first (so the one tile that
+ * the causal diagonal cuts comes first), keeping Q, one K and one V tile in
+ * shared memory:
+ *
+ *   wait K[n]; barrier; start loading V[n]
+ *   S = Q K^T                      (ldmatrix + mma, float32)
+ *   logit rule, mask               (only where needed)
+ *   online softmax: rescale O, P = 2^(S - m)
+ *   dropout on P, P rounded to 16 bits
+ *   wait V[n]; barrier; start loading K[n-1]
+ *   O += P V                       (P stays in registers as the A operand)
+ *
+ * so V's load overlaps the first GEMM and the next K's load overlaps the
+ * softmax and the second GEMM. The epilogue divides by the row sums and
+ * writes O and LSE straight from the fragments.
+ *
+ * GENERAL selects the variant with softcap, ALiBi and dropout (run-time
+ * switches inside); the plain variant leaves them out of the inner loop. */
+#ifndef FLASHC_CUDA_FWD_KERNEL_CUH
+#define FLASHC_CUDA_FWD_KERNEL_CUH
+
+#include <math.h>
+
+#include "../core/semantics.h"
+#include "fwd_config.h"
+#include "fwd_mask.cuh"
+#include "fwd_params.h"
+#include "fwd_seq.cuh"
+#include "fwd_softmax.cuh"
+#include "fwd_tile_io.cuh"
+#include "ptx.cuh"
+
+#define FLASHC_LOG2E 1.4426950408889634f
+#define FLASHC_LN2 0.6931471805599453f
+
+/* Shared memory of one CTA: Q, K and V tiles. */
+template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N>
+constexpr int flashc_fwd_smem_bytes() {
+    return (BLOCK_M + 2 * BLOCK_N) * FLASHC_SMEM_ROW(HEAD_DIM) * (int)sizeof(T);
+}
+
+/* Per-lane shared-memory addresses (bytes) of the ldmatrix operands; the
+ * GEMMs add compile-time offsets to them. */
+struct flashc_fwd_lane_addrs {
+    uint32_t q;  /* A operand: row lane % 16 of the warp's rows, column 8 * (lane / 16) */
+    uint32_t k;  /* B of Q K^T: key (lane % 8) + 8 * (lane / 16), column 8 * ((lane / 8) % 2) */
+    uint32_t v;  /* B of P V, transposed: key (lane % 8) + 8 * ((lane / 8) % 2), column 8 * (lane / 16) */
+};
+
+/* S = Q K^T for this warp's rows: k-steps of 16 over the head dim (those
+ * past head_dim are all zeros and skipped). */
+template <typename T, int HEAD_DIM, int BLOCK_N, int ROW_ATOMS>
+static __device__ __forceinline__ void flashc_gemm_qk(float (&acc)[ROW_ATOMS][BLOCK_N / 8][4],
+                                                      const flashc_fwd_lane_addrs &addr, int head_dim) {
+    constexpr int ROW_BYTES = FLASHC_SMEM_ROW(HEAD_DIM) * (int)sizeof(T);
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
+        if (ks * 16 >= head_dim) break;
+        uint32_t a[ROW_ATOMS][4];
+#pragma unroll
+        for (int i = 0; i < ROW_ATOMS; ++i)
+            flashc_ldmatrix_x4(a[i], addr.q + 16 * i * ROW_BYTES + ks * 32);
+#pragma unroll
+        for (int jp = 0; jp < BLOCK_N / 16; ++jp) {
+            uint32_t b[4];
+            flashc_ldmatrix_x4(b, addr.k + 16 * jp * ROW_BYTES + ks * 32);
+#pragma unroll
+            for (int i = 0; i < ROW_ATOMS; ++i) {
+                flashc_mma16816<T>(acc[i][2 * jp], a[i], b[0], b[1]);
+                flashc_mma16816<T>(acc[i][2 * jp + 1], a[i], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* P (float32 fragments of S's layout) rounded to T and packed into the A
+ * operand fragments of P V (k-step ks covers S column atoms 2ks, 2ks+1). */
+template <typename T, int ROW_ATOMS, int COL_ATOMS>
+static __device__ __forceinline__ void flashc_pack_p(uint32_t (&a)[ROW_ATOMS][COL_ATOMS / 2][4],
+                                                     const float (&P)[ROW_ATOMS][COL_ATOMS][4]) {
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int ks = 0; ks < COL_ATOMS / 2; ++ks) {
+            a[i][ks][0] = flashc_pack2<T>(P[i][2 * ks][0], P[i][2 * ks][1]);
+            a[i][ks][1] = flashc_pack2<T>(P[i][2 * ks][2], P[i][2 * ks][3]);
+            a[i][ks][2] = flashc_pack2<T>(P[i][2 * ks + 1][0], P[i][2 * ks + 1][1]);
+            a[i][ks][3] = flashc_pack2<T>(P[i][2 * ks + 1][2], P[i][2 * ks + 1][3]);
+        }
+}
+
+/* O += P V with P already packed (flashc_pack_p); V is read transposed by
+ * ldmatrix. Column pairs past head_dim_v are skipped. */
+template <typename T, int HEAD_DIM, int BLOCK_N, int ROW_ATOMS>
+static __device__ __forceinline__ void flashc_gemm_pv(float (&acc_o)[ROW_ATOMS][HEAD_DIM / 8][4],
+                                                      const uint32_t (&a)[ROW_ATOMS][BLOCK_N / 16][4],
+                                                      uint32_t v_addr, int head_dim_v) {
+    constexpr int ROW_BYTES = FLASHC_SMEM_ROW(HEAD_DIM) * (int)sizeof(T);
+#pragma unroll
+    for (int ks = 0; ks < BLOCK_N / 16; ++ks) {
+#pragma unroll
+        for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
+            if (dp * 16 >= head_dim_v) break;
+            uint32_t b[4];
+            flashc_ldmatrix_x4_trans(b, v_addr + 16 * ks * ROW_BYTES + dp * 32);
+#pragma unroll
+            for (int i = 0; i < ROW_ATOMS; ++i) {
+                flashc_mma16816<T>(acc_o[i][2 * dp], a[i][ks], b[0], b[1]);
+                flashc_mma16816<T>(acc_o[i][2 * dp + 1], a[i][ks], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* Output row `row` (packed) of (batch, head), and its LSE entry (NULL when
+ * LSE is not requested). */
+template <typename T>
+static __device__ __forceinline__ T *flashc_fwd_out_rows(const flashc_fwd_params &p, int batch, int head,
+                                                         int64_t row) {
+    return reinterpret_cast<T *>(p.out) + batch * p.o_batch_stride + row * p.o_row_stride + head * p.o_head_stride;
+}
+
+static __device__ __forceinline__ float *flashc_fwd_lse_rows(const flashc_fwd_params &p, int batch, int head,
+                                                             int64_t row) {
+    return p.lse ? p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride
+                 : nullptr;
+}
+
+/* Rows of a block that sees no key at all: out 0, LSE +inf. */
+template <typename T, int THREADS>
+static __device__ void flashc_write_empty_rows(const flashc_fwd_params &p, T *out, float *lse,
+                                               int rows, int64_t lse_row_stride) {
+    const int pairs = p.head_dim_v / 2;
+    for (int idx = threadIdx.x; idx < rows * pairs; idx += THREADS) {
+        int r = idx / pairs, c = 2 * (idx % pairs);
+        *reinterpret_cast<uint32_t *>(out + r * p.o_row_stride + c) = 0u;
+    }
+    if (lse)
+        for (int r = threadIdx.x; r < rows; r += THREADS) lse[r * lse_row_stride] = INFINITY;
+}
+
+template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool GENERAL>
+__global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(const flashc_fwd_params p) {
+    constexpr int THREADS = WARPS * 32;
+    constexpr int ROWS_PER_WARP = BLOCK_M / WARPS;
+    constexpr int ROW_ATOMS = ROWS_PER_WARP / 16;
+    constexpr int COL_ATOMS = BLOCK_N / 8;
+    constexpr int OUT_ATOMS = HEAD_DIM / 8;
+    static_assert(ROWS_PER_WARP % 16 == 0, "each warp owns whole 16-row mma atoms");
+    constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM);
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *sQ = reinterpret_cast<T *>(smem);
+    T *sK = sQ + BLOCK_M * SD;
+    T *sV = sK + BLOCK_N * SD;
+
+    /* One flat grid over (row block, head, batch), row blocks fastest and
+     * heaviest first (most keys under a causal mask), so the CTAs of one
+     * head run together and share its K and V in L2. */
+    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const int m_block = m_blocks - 1 - (int)(blockIdx.x % m_blocks);
+    const int head = (int)(blockIdx.x / m_blocks % p.nheads);
+    const int batch = (int)(blockIdx.x / m_blocks / p.nheads);
+    const flashc_fwd_seq seq = flashc_fwd_sequence(p, batch);
+    const int m0 = m_block * BLOCK_M;
+    if (m0 >= seq.sq) return;
+    const int rows = min(BLOCK_M, seq.sq - m0);
+    const int head_k = head / (p.nheads / p.nheads_k);
+    const int shift = seq.sk - seq.sq;
+
+    /* Keys any row of the block sees: [lo(first row), hi(last row)). */
+    int64_t lo, hi, lo_last, hi_last;
+    flashc_visible_cols(m0, seq.sq, seq.sk, p.window_left, p.window_right, &lo, &hi);
+    flashc_visible_cols(m0 + rows - 1, seq.sq, seq.sk, p.window_left, p.window_right, &lo_last, &hi_last);
+    if (hi_last <= lo) {
+        flashc_write_empty_rows<T, THREADS>(p, flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0),
+                                            flashc_fwd_lse_rows(p, batch, head, seq.q_start + m0), rows,
+                                            p.lse_row_stride);
+        return;
+    }
+    const int n_block_min = (int)(lo / BLOCK_N);
+    const int n_block_max = (int)((hi_last + BLOCK_N - 1) / BLOCK_N);
+
+    const T *q = reinterpret_cast<const T *>(p.q) + batch * p.q_batch_stride +
+                 (seq.q_start + m0) * p.q_row_stride + head * p.q_head_stride;
+    const T *k = reinterpret_cast<const T *>(p.k) + batch * p.k_batch_stride + seq.k_start * p.k_row_stride +
+                 head_k * p.k_head_stride;
+    const T *v = reinterpret_cast<const T *>(p.v) + batch * p.v_batch_stride + seq.k_start * p.v_row_stride +
+                 head_k * p.v_head_stride;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp_row0 = warp * ROWS_PER_WARP;
+    flashc_fwd_lane_addrs addr;
+    addr.q = flashc_smem_addr(sQ + (warp_row0 + lane % 16) * SD + (lane / 16) * 8);
+    addr.k = flashc_smem_addr(sK + ((lane % 8) + (lane / 16) * 8) * SD + ((lane / 8) % 2) * 8);
+    addr.v = flashc_smem_addr(sV + ((lane % 8) + ((lane / 8) % 2) * 8) * SD + (lane / 16) * 8);
+    flashc_tile_pos pos;
+    pos.row0 = m0 + warp_row0 + lane / 4;
+    pos.shift = shift;
+    pos.sk = seq.sk;
+
+    float alibi_slope_log2 = 0.0f;
+    if (GENERAL && p.alibi_slopes)
+        alibi_slope_log2 = p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * FLASHC_LOG2E;
+    const float score_to_log2 = GENERAL ? 1.0f : p.scale_log2;
+
+    flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS>(sQ, q, p.q_row_stride, rows, p.head_dim);
+    {
+        const int n0 = (n_block_max - 1) * BLOCK_N;
+        flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, k + n0 * p.k_row_stride, p.k_row_stride,
+                                                             seq.sk - n0, p.head_dim);
+    }
+    flashc_cp_async_commit();
+
+    float acc_o[ROW_ATOMS][OUT_ATOMS][4];
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int d = 0; d < OUT_ATOMS; ++d)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[i][d][e] = 0.0f;
+    flashc_softmax_state<ROW_ATOMS> st;
+#pragma unroll
+    for (int r = 0; r < 2 * ROW_ATOMS; ++r) {
+        st.row_max[r] = -INFINITY;
+        st.row_sum[r] = 0.0f;
+    }
+
+    for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {
+        const int n0 = n_block * BLOCK_N;
+        flashc_cp_async_wait<0>();
+        __syncthreads();
+        flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sV, v + n0 * p.v_row_stride, p.v_row_stride,
+                                                             seq.sk - n0, p.head_dim_v);
+        flashc_cp_async_commit();
+
+        float acc_s[ROW_ATOMS][COL_ATOMS][4];
+        flashc_gemm_qk<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_s, addr, p.head_dim);
+
+        pos.col0 = n0 + 2 * (lane % 4);
+        if (GENERAL) flashc_apply_logit_rule(acc_s, p, pos, alibi_slope_log2);
+        if (flashc_tile_needs_mask(m0, rows, n0, BLOCK_N, seq.sk, shift, p.window_left, p.window_right))
+            flashc_apply_mask(acc_s, pos, p.window_left, p.window_right);
+
+        flashc_softmax_update(st, acc_s, acc_o, score_to_log2);
+        if (GENERAL && p.dropout_threshold)
+            flashc_apply_dropout(acc_s, p, batch, head, pos.row0, pos.col0);
+        uint32_t p_frag[ROW_ATOMS][COL_ATOMS / 2][4];
+        flashc_pack_p<T>(p_frag, acc_s);
+
+        /* V[n] landed and every warp is done with K[n]: start K[n-1]. */
+        flashc_cp_async_wait<0>();
+        __syncthreads();
+        if (n_block > n_block_min) {
+            const int n_prev = n0 - BLOCK_N;
+            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, k + n_prev * p.k_row_stride,
+                                                                 p.k_row_stride, seq.sk - n_prev, p.head_dim);
+            flashc_cp_async_commit();
+        }
+        flashc_gemm_pv<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_o, p_frag, addr.v, p.head_dim_v);
+    }
+
+    /* Epilogue: O / rowsum (times the dropout rescale), LSE = m + log(sum).
+     * The output pointers are formed only now, to keep the loop's registers
+     * for the accumulators. */
+    T *out = flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0);
+    float *lse = flashc_fwd_lse_rows(p, batch, head, seq.q_start + m0);
+    const float rescale = GENERAL ? p.dropout_rescale : 1.0f;
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = 2 * i + half;
+            const float sum = flashc_quad_sum(st.row_sum[r]);
+            const int row = warp_row0 + 16 * i + 8 * half + lane / 4; /* within the block */
+            if (row >= rows) continue;
+            const float inv = sum > 0.0f ? rescale / sum : 0.0f;
+            T *o_row = out + row * p.o_row_stride;
+#pragma unroll
+            for (int d = 0; d < OUT_ATOMS; ++d) {
+                const int col = 8 * d + 2 * (lane % 4);
+                if (col < p.head_dim_v)
+                    *reinterpret_cast<uint32_t *>(o_row + col) =
+                        flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
+            }
+            if (lse && lane % 4 == 0)
+                lse[row * p.lse_row_stride] =
+                    sum > 0.0f ? (st.row_max[r] * score_to_log2 + log2f(sum)) * FLASHC_LN2 : INFINITY;
+        }
+}
+
+#endif

@@ -1,0 +1,48 @@
+/* Launching one forward configuration: the four kernels of a head dim
+ * (float16 / bfloat16 x plain / general), the shared-memory opt-in, and the
+ * flat grid. Each fwd_hdim*.cu instantiates one configuration, so the head
+ * dims compile in parallel. */
+#ifndef FLASHC_CUDA_FWD_LAUNCH_CUH
+#define FLASHC_CUDA_FWD_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+
+#include "fwd_kernel.cuh"
+#include "fwd_launch.h"
+
+template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool GENERAL>
+static cudaError_t flashc_fwd_launch(const flashc_fwd_params &p, cudaStream_t stream) {
+    auto kernel = flashc_fwd_kernel<T, HEAD_DIM, BLOCK_M, BLOCK_N, WARPS, CTAS_PER_SM, GENERAL>;
+    constexpr int smem = flashc_fwd_smem_bytes<T, HEAD_DIM, BLOCK_M, BLOCK_N>();
+    if (smem > 48 * 1024) {
+        cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (err != cudaSuccess) return err;
+    }
+    const long long m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const long long blocks = m_blocks * p.nheads * p.batch;
+    if (blocks == 0) return cudaSuccess;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    kernel<<<(unsigned)blocks, WARPS * 32, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
+template <typename T, int HEAD_DIM, bool GENERAL>
+static cudaError_t flashc_fwd_launch_config(const flashc_fwd_params &p, cudaStream_t stream) {
+    typedef flashc_fwd_config<HEAD_DIM> C;
+    constexpr int BLOCK_N = GENERAL ? C::BLOCK_N_GENERAL : C::BLOCK_N;
+    return flashc_fwd_launch<T, HEAD_DIM, C::BLOCK_M, BLOCK_N, C::WARPS, C::CTAS_PER_SM, GENERAL>(p, stream);
+}
+
+/* The run function of one head dim: picks dtype and variant. */
+#define FLASHC_FWD_DEFINE_RUN(HEAD_DIM)                                                                 \
+    cudaError_t flashc_fwd_run_hdim##HEAD_DIM(const flashc_fwd_params *p, void *stream, int is_bf16,    \
+                                              int general) {                                            \
+        cudaStream_t s = (cudaStream_t)stream;                                                          \
+        if (is_bf16)                                                                                    \
+            return general ? flashc_fwd_launch_config<__nv_bfloat16, HEAD_DIM, true>(*p, s)             \
+                           : flashc_fwd_launch_config<__nv_bfloat16, HEAD_DIM, false>(*p, s);           \
+        return general ? flashc_fwd_launch_config<__half, HEAD_DIM, true>(*p, s)                        \
+                       : flashc_fwd_launch_config<__half, HEAD_DIM, false>(*p, s);                      \
+    }
+
+#endif

@@ -1,0 +1,102 @@
+/* The online softmax over S tiles in mma fragments. Each row is spread over
+ * the 4 lanes of a quad (lane / 4 equal): row maxima are combined with two
+ * xor-shuffles per tile, row sums only once at the end.
+ *
+ * Scores arrive in "score units"; SCORE_TO_LOG2 converts them to the log2
+ * domain (scale * log2(e) for raw dot products, 1 for logits the general
+ * kernel already converted), so p = 2^(s * SCORE_TO_LOG2 - m) is one FFMA
+ * and one EX2 per element. */
+#ifndef FLASHC_CUDA_FWD_SOFTMAX_CUH
+#define FLASHC_CUDA_FWD_SOFTMAX_CUH
+
+#include <math.h>
+
+#include "../core/semantics.h"
+#include "fwd_params.h"
+#include "ptx.cuh"
+
+static __device__ __forceinline__ float flashc_quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+static __device__ __forceinline__ float flashc_quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* Running state of this thread's 2 * ROW_ATOMS rows (index 2*i + half). */
+template <int ROW_ATOMS>
+struct flashc_softmax_state {
+    float row_max[2 * ROW_ATOMS];  /* score units; -inf while nothing is visible */
+    float row_sum[2 * ROW_ATOMS];  /* this thread's partial sum of p */
+};
+
+/* Fold one S tile into the running state: new maxima, rescale of the
+ * output accumulators and sums, then acc <- p (float32). A row with nothing
+ * visible so far keeps max -inf and exponentiates against 0, giving p = 0
+ * and no NaN. */
+template <int ROW_ATOMS, int COL_ATOMS, int OUT_ATOMS>
+static __device__ __forceinline__ void flashc_softmax_update(
+    flashc_softmax_state<ROW_ATOMS> &st, float (&acc)[ROW_ATOMS][COL_ATOMS][4],
+    float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4], float score_to_log2) {
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = 2 * i + half;
+            float tile_max = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < COL_ATOMS; ++j)
+                tile_max = fmaxf(tile_max, fmaxf(acc[i][j][2 * half], acc[i][j][2 * half + 1]));
+            tile_max = flashc_quad_max(tile_max);
+            const float new_max = fmaxf(st.row_max[r], tile_max);
+            const float max_log2 = new_max == -INFINITY ? 0.0f : new_max * score_to_log2;
+            const float alpha = flashc_exp2(st.row_max[r] * score_to_log2 - max_log2);
+            st.row_max[r] = new_max;
+            float sum = st.row_sum[r] * alpha;
+#pragma unroll
+            for (int d = 0; d < OUT_ATOMS; ++d) {
+                acc_o[i][d][2 * half] *= alpha;
+                acc_o[i][d][2 * half + 1] *= alpha;
+            }
+#pragma unroll
+            for (int j = 0; j < COL_ATOMS; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float pe = flashc_exp2(fmaf(acc[i][j][2 * half + e], score_to_log2, -max_log2));
+                    acc[i][j][2 * half + e] = pe;
+                    sum += pe;
+                }
+            st.row_sum[r] = sum;
+        }
+}
+
+/* Dropout on a P tile after it entered the row sums (LSE is pre-dropout):
+ * dropped entries become 0; the 1 / (1 - p) rescale is applied once at the
+ * end. Words come from the shared Philox rule (semantics.h), so the mask is
+ * the CPU backend's bit for bit. A thread's two columns 2*(lane%4) + {0,1}
+ * share one Philox call (same col / 4). */
+template <int ROW_ATOMS, int COL_ATOMS>
+static __device__ __forceinline__ void flashc_apply_dropout(float (&acc)[ROW_ATOMS][COL_ATOMS][4],
+                                                            const flashc_fwd_params &p, int batch,
+                                                            int head, int row0, int col0) {
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = row0 + 16 * i + 8 * half;
+#pragma unroll
+            for (int j = 0; j < COL_ATOMS; ++j) {
+                const int col = col0 + 8 * j;
+                flashc_philox_u32x4 w = flashc_dropout_words(p.dropout_seed, p.dropout_offset, batch,
+                                                             p.nheads, head, row, col);
+                const bool upper = (col & 2) != 0; /* columns 2,3 of the group of 4 */
+                uint32_t w0 = upper ? w.z : w.x, w1 = upper ? w.w : w.y;
+                if (w0 < p.dropout_threshold) acc[i][j][2 * half] = 0.0f;
+                if (w1 < p.dropout_threshold) acc[i][j][2 * half + 1] = 0.0f;
+            }
+        }
+}
+
+#endif
