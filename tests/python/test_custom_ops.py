@@ -128,15 +128,22 @@ def _batched_inputs(device, packed=None):
     return q, k, v
 
 
-def _varlen_inputs(device, packed=None):
-    cu = torch.tensor([0, 7, 7, 30], dtype=torch.int32, device=device)
+def _varlen_inputs(device, packed=None, shared_cu=False):
+    cu_q = torch.tensor([0, 7, 7, 30], dtype=torch.int32, device=device)
+    cu_k = cu_q if shared_cu else torch.tensor([0, 12, 13, 30], dtype=torch.int32, device=device)
+    max_k = 23 if shared_cu else 17
     q = randn(30, 4, 40, device=device)
     if packed == "qkv":
-        return randn(30, 3, 4, 40, device=device), cu, 23
+        return randn(30, 3, 4, 40, device=device), cu_q, 23
     k, v = randn(30, 2, 40, device=device), randn(30, 2, 40, device=device)
     if packed == "kv":
-        return q, torch.stack([k, v], dim=1), cu, cu, 23, 23
-    return q, k, v, cu, cu, 23, 23
+        return q, torch.stack([k, v], dim=1), cu_q, cu_k, 23, max_k
+    return q, k, v, cu_q, cu_k, 23, max_k
+
+
+def _varlen_inputs_shared_cu(device, packed=None):
+    # self-attention code passes one tensor as cu_seqlens_q and cu_seqlens_k
+    return _varlen_inputs(device, packed, shared_cu=True)
 
 
 COMPILE_CASES = {
@@ -155,19 +162,23 @@ COMPILE_CASES = {
                         dict(window_size=(3, 3))),
     "varlen_qkvpacked": (flashc.flash_attn_varlen_qkvpacked_func, _varlen_inputs, "qkv",
                          dict(dropout_p=0.1, return_attn_probs=True)),
+    "varlen_shared_cu_seqlens": (flashc.flash_attn_varlen_func, _varlen_inputs_shared_cu, None,
+                                 dict(causal=True)),
+    "varlen_kvpacked_shared_cu_seqlens": (flashc.flash_attn_varlen_kvpacked_func,
+                                          _varlen_inputs_shared_cu, "kv", dict()),
 }
 
 
 def _run(module, inputs, seed):
-    leaves = [x.detach().clone().requires_grad_() if x.is_floating_point() else x
-              for x in inputs]
+    floating = lambda x: isinstance(x, torch.Tensor) and x.is_floating_point()
+    leaves = [x.detach().clone().requires_grad_() if floating(x) else x for x in inputs]
     torch.manual_seed(seed)
     out, lse = module(*leaves)
     loss = (out.float() * torch.linspace(-1, 1, out.shape[-1], device=out.device)).sum()
     if lse is not None:
         loss = loss + (lse * 0.1).sum()
     loss.backward()
-    return out, lse, [x.grad for x in leaves if x.is_floating_point()]
+    return out, lse, [x.grad for x in leaves if floating(x)]
 
 
 def _compare_compiled(case, device, backend):
