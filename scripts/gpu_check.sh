@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # the step functions are called as "step_$step"
+# The GPU check of flashc: one run on a GPU machine, from the repository
+# root, with $OUT an empty folder whose files come back (at most 8):
+#
+#   build     Release build with the CUDA backend; ptxas -v resource usage
+#             (registers, shared memory, stack, spills) in build.log
+#   ctest     every C test, test_cuda_forward with its output, and a
+#             default `flashc run` (GPU) checked against the reference:
+#             ctest.log
+#   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid)
+#             and on a small `flashc run`, racecheck on a few of its tests:
+#             sanitize.log
+#   sass      cuobjdump --dump-sass of libflashc.so: HMMA/HGMMA count per
+#             kernel, LDL/STL (local memory) in the forward kernels: sass.txt
+#   pytest    the Python package (pip install, reusing the build above; the
+#             built library through FLASHC_LIBRARY if that fails), then
+#             pytest tests/python on CUDA: pytest.log
+#   bench     `flashc bench --quick` (the C benchmark on the GPU) and
+#             bench/gpu_sdpa_bench.py against PyTorch SDPA flash and cudnn:
+#             bench.log, bench.tsv
+# and summary.txt, the table printed last.
+#
+# Environment:
+#   GPU_STEPS    steps to run, in this order (default: all of the above)
+#   BENCH_ARGS   arguments of gpu_sdpa_bench.py (default: the full grid;
+#                e.g. "--quick" or "--hdim 128 --seqlen 4096")
+#   PYTEST_ARGS  pytest selection (default "-k cuda": the CUDA tests; set
+#                it empty for the whole suite)
+#   CUDA_ARCHS   CMAKE_CUDA_ARCHITECTURES (default: the project's choice)
+#   JOBS         build parallelism (16); BUILD_DIR (build-gpu)
+#   DEADLINE_S   seconds the whole run may take (560): each step is cut
+#                to what is left, so the logs come back within the call
+#
+# The GPU machine has no package registry. The C tests need cmocka: run
+#   bash scripts/gpu_check.sh prepare
+# once on a machine that has it (Debian: libcmocka-dev): it copies the
+# header and library into build-gpu-deps/, which the GPU call must carry.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+DEPS="$ROOT/build-gpu-deps"
+
+if [ "${1:-}" = "prepare" ]; then
+    header="$(echo '#include <cmocka.h>' | cpp -H -x c - 2>&1 >/dev/null | grep -m1 'cmocka.h' | awk '{print $2}')"
+    lib="$(ldconfig -p | awk '/libcmocka\.so\.0 / {print $NF; exit}')"
+    if [ -z "$header" ] || [ -z "$lib" ]; then
+        echo "gpu_check prepare: cmocka not found here (Debian: apt-get install libcmocka-dev)" >&2
+        exit 1
+    fi
+    rm -rf "$DEPS" && mkdir -p "$DEPS/cmocka/include" "$DEPS/cmocka/lib"
+    cp "$header" "$DEPS/cmocka/include/"
+    cp -L "$lib" "$DEPS/cmocka/lib/libcmocka.so.0"
+    ln -s libcmocka.so.0 "$DEPS/cmocka/lib/libcmocka.so"
+    echo "gpu_check prepare: cmocka copied to $DEPS (carry build-gpu-deps in the GPU call)"
+    exit 0
+fi
+
+OUT="${OUT:-$ROOT/gpu-out}"
+mkdir -p "$OUT"
+B="${BUILD_DIR:-$ROOT/build-gpu}"
+JOBS="${JOBS:-16}"
+STEPS="${GPU_STEPS:-build ctest sanitize sass pytest bench}"
+DEADLINE_S="${DEADLINE_S:-560}"
+START=$(date +%s)
+SCRATCH="$(mktemp -d)"
+export PYTHONUNBUFFERED=1
+
+CMAKE_EXTRA=()
+if [ -d "$DEPS/cmocka" ]; then
+    CMAKE_EXTRA+=("-DCMAKE_PREFIX_PATH=$DEPS/cmocka")
+    export LD_LIBRARY_PATH="$DEPS/cmocka/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+if [ -n "${CUDA_ARCHS:-}" ]; then CMAKE_EXTRA+=("-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS"); fi
+GENERATOR=()
+if command -v ninja >/dev/null 2>&1; then GENERATOR=(-G Ninja); fi
+LIB="$B/src/libflashc.so"
+SANITIZER="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+CUOBJDUMP="$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)"
+
+# Seconds a step may still take: its own cap, or what the deadline leaves.
+budget() {
+    local cap=$1 left=$(( DEADLINE_S - ($(date +%s) - START) - 10 ))
+    [ "$left" -lt "$cap" ] && cap=$left
+    [ "$cap" -lt 1 ] && cap=1
+    echo "$cap"
+}
+
+declare -A RESULT SECS NOTE
+
+step_build() {
+    {
+        echo "# $(date -u '+%F %T UTC')  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+        echo "# $(nvcc --version | tail -1); $(cmake --version | head -1)"
+        cmake -S . -B "$B" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHC_CUDA=ON \
+            -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${CMAKE_EXTRA[@]}"
+    } > "$OUT/build.log" 2>&1 || return 1
+    timeout "$(budget 330)" cmake --build "$B" -j "$JOBS" >> "$OUT/build.log" 2>&1 || return 1
+    # ptxas -v, per kernel: the lines that matter for speed
+    local spills stack
+    spills=$(grep -c 'bytes spill stores' "$OUT/build.log")
+    stack=$(grep -Eo '[0-9]+ bytes stack frame' "$OUT/build.log" | awk '$1 > 0' | wc -l)
+    local nonzero_spills
+    nonzero_spills=$(grep -cE '[1-9][0-9]* bytes spill (stores|loads)' "$OUT/build.log")
+    NOTE[build]="ptxas: $spills kernel reports, $nonzero_spills with spills, $stack with a stack frame"
+}
+
+step_ctest() {
+    local log="$OUT/ctest.log" cuda_log="$SCRATCH/cuda_test.log"
+    # test_cuda_forward (the long one) beside the CPU tests
+    ( cd "$B" && timeout "$(budget 300)" ctest -R '^test_cuda_forward$' -V > "$cuda_log" 2>&1 ) &
+    local cuda_pid=$!
+    timeout "$(budget 300)" ctest --test-dir "$B" -E '^test_cuda_forward$' -j 8 --output-on-failure > "$log" 2>&1
+    local rc_cpu=$?
+    wait "$cuda_pid"
+    local rc_cuda=$?
+    {
+        echo
+        echo "=== test_cuda_forward (ctest -V) ==="
+        grep -vE '^[0-9]+: \[ (RUN|      OK) ' "$cuda_log"
+        echo
+        echo "=== flashc run (default problem on the GPU, checked against the reference) ==="
+        timeout "$(budget 120)" "$B/flashc" run --repeat 5 --warmup 2 --quiet
+        echo "flashc run exit status: $?"
+    } >> "$log" 2>&1
+    local cpu_line cuda_line
+    cpu_line=$(grep -E 'tests passed|tests failed' "$log" | head -1)
+    cuda_line=$(grep -E 'Test +#[0-9]+: test_cuda_forward' "$cuda_log" | sed 's/.*test_cuda_forward *\.*//')
+    NOTE[ctest]="CPU tests: ${cpu_line:-?}; test_cuda_forward: ${cuda_line:-?}"
+    grep -q '^result    PASS' "$log" || NOTE[ctest]+="; flashc run check did not PASS"
+    [ "$rc_cpu" -eq 0 ] && [ "$rc_cuda" -eq 0 ] && grep -q '^result    PASS' "$log"
+}
+
+step_sanitize() {
+    local log="$OUT/sanitize.log" rc=0 t
+    : > "$log"
+    if [ ! -x "$SANITIZER" ]; then echo "compute-sanitizer not found" >> "$log"; return 1; fi
+    run_sanitizer() { # name, seconds, command...
+        local name=$1 secs=$2
+        shift 2
+        echo "=== $name ===" >> "$log"
+        t=$(date +%s)
+        timeout "$(budget "$secs")" "$SANITIZER" --error-exitcode 99 --print-limit 20 "$@" > "$SCRATCH/san.log" 2>&1
+        local status=$?
+        # the sanitizer's own lines and the test summary, not every case
+        grep -E '^(=========|\[  (PASSED|FAILED|SKIPPED|  ERROR)|cuda .*cases passed|result |FAIL)' "$SCRATCH/san.log" | head -80 >> "$log"
+        echo "exit status $status ($(( $(date +%s) - t )) s)" >> "$log"
+        [ "$status" -ne 0 ] && rc=1
+        NOTE[sanitize]+="$name: $( [ "$status" -eq 0 ] && echo clean || echo "status $status"); "
+    }
+    FLASHC_TEST_QUICK=1 run_sanitizer "memcheck test_cuda_forward (quick)" 200 \
+        --tool memcheck --leak-check no "$B/tests/test_cuda_forward"
+    FLASHC_TEST_QUICK=1 FLASHC_TEST_FILTER='features_alone' run_sanitizer \
+        "racecheck test_cuda_forward features_alone (quick)" 150 \
+        --tool racecheck --racecheck-report analysis "$B/tests/test_cuda_forward"
+    run_sanitizer "memcheck flashc run (small, varlen, dropout)" 60 --tool memcheck \
+        "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen \
+        --dropout 0.1 --forward-only --quiet
+    return "$rc"
+}
+
+step_sass() {
+    [ -f "$LIB" ] || { echo "no $LIB" > "$OUT/sass.txt"; return 1; }
+    timeout "$(budget 60)" "$CUOBJDUMP" --dump-sass "$LIB" > "$SCRATCH/sass.raw" 2>&1 || return 1
+    python3 - "$SCRATCH/sass.raw" > "$OUT/sass.txt" <<'EOF'
+import re, shutil, subprocess, sys
+kernels, order, cur = {}, [], None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r"Function : (\S+)", line)
+    if m:
+        cur = m.group(1)
+        if cur not in kernels:
+            kernels[cur] = dict(HMMA=0, HGMMA=0, LDL=0, STL=0, insts=0)
+            order.append(cur)
+        continue
+    if cur is None or not re.match(r"\s+/\*[0-9a-f]{4,}\*/", line):
+        continue
+    k = kernels[cur]
+    k["insts"] += 1
+    for op in ("HGMMA", "HMMA", "LDL", "STL"):
+        if re.search(r"\b%s\b" % op, line) or re.search(r"\b%s\." % op, line):
+            k[op] += 1
+names = {}
+if shutil.which("c++filt"):
+    out = subprocess.run(["c++filt"], input="\n".join(order), capture_output=True, text=True).stdout
+    names = dict(zip(order, out.splitlines()))
+fwd = lambda n: re.search(r"fwd|forward", n, re.I) is not None
+print(f"{'HMMA':>6} {'HGMMA':>6} {'LDL':>5} {'STL':>5} {'insts':>7}  kernel")
+for n in order:
+    k = kernels[n]
+    flag = "  <-- local memory in a forward kernel" if fwd(n) and (k["LDL"] or k["STL"]) else ""
+    print(f"{k['HMMA']:6d} {k['HGMMA']:6d} {k['LDL']:5d} {k['STL']:5d} {k['insts']:7d}  {names.get(n, n)[:160]}{flag}")
+f = [n for n in order if fwd(n)]
+local = [n for n in f if kernels[n]["LDL"] or kernels[n]["STL"]]
+print(f"# {len(order)} kernels (all SASS variants), {len(f)} forward; forward kernels with LDL/STL: {len(local)}; "
+      f"HMMA total {sum(k['HMMA'] for k in kernels.values())}, HGMMA total {sum(k['HGMMA'] for k in kernels.values())}")
+EOF
+    NOTE[sass]="$(tail -1 "$OUT/sass.txt" | sed 's/^# //')"
+    # local memory in a forward kernel is a finding, not a failed step
+    return 0
+}
+
+step_pytest() {
+    local log="$OUT/pytest.log"
+    : > "$log"
+    if [ ! -d python ] || [ ! -f pyproject.toml ]; then
+        echo "no python/ or pyproject.toml: nothing to test" > "$log"
+        NOTE[pytest]="skipped (no package)"
+        return 0
+    fi
+    local via="pip install"
+    # Reuse the CMake build of the build step (same directory, generator
+    # and options): nothing is compiled again.
+    local settings=(-C "build-dir=$B" -C cmake.build-type=Release -C cmake.define.FLASHC_CUDA=ON
+                    -C cmake.define.FLASHC_BUILD_TESTS=ON -C cmake.define.FLASHC_BUILD_TOOLS=ON
+                    -C "cmake.define.CMAKE_CUDA_FLAGS=-Xptxas=-v")
+    [ -n "${CUDA_ARCHS:-}" ] && settings+=(-C "cmake.define.CMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS")
+    [ -d "$DEPS/cmocka" ] && settings+=(-C "cmake.define.CMAKE_PREFIX_PATH=$DEPS/cmocka")
+    if ! timeout "$(budget 150)" python3 -m pip install --no-build-isolation --no-deps --no-cache-dir \
+            "${settings[@]}" . > "$SCRATCH/pip.log" 2>&1; then
+        tail -30 "$SCRATCH/pip.log" >> "$log"
+        echo "=== pip install failed: testing python/ with FLASHC_LIBRARY=$LIB instead ===" >> "$log"
+        export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+        via="PYTHONPATH"
+    else
+        tail -3 "$SCRATCH/pip.log" >> "$log"
+    fi
+    # the library the other steps tested, whichever way the package came
+    export FLASHC_LIBRARY="$LIB"
+    # shellcheck disable=SC2086
+    timeout "$(budget 240)" python3 -m pytest tests/python -q -p no:cacheprovider --maxfail=30 \
+        ${PYTEST_ARGS--k cuda} > "$SCRATCH/pytest.log" 2>&1
+    tail -80 "$SCRATCH/pytest.log" >> "$log"
+    NOTE[pytest]="via $via: $(grep -E '[0-9]+ (passed|failed|error)' "$log" | tail -1)"
+    grep -qE '[0-9]+ passed' "$log" && ! grep -qE '[0-9]+ (failed|error)' "$log"
+}
+
+step_bench() {
+    local log="$OUT/bench.log"
+    {
+        echo "=== flashc bench --quick (C benchmark, GPU grid) ==="
+        timeout "$(budget 90)" "$B/flashc" bench --quick --repeat 10 --warmup 3
+        echo "exit status $?"
+        echo
+        echo "=== bench/gpu_sdpa_bench.py ${BENCH_ARGS:-} ==="
+    } > "$log" 2>&1
+    # shellcheck disable=SC2086
+    FLASHC_LIBRARY="$LIB" timeout "$(budget 330)" python3 bench/gpu_sdpa_bench.py --lib "$LIB" \
+        --out "$OUT/bench.tsv" ${BENCH_ARGS:-} >> "$log" 2>&1
+    local status=$?
+    NOTE[bench]="$(grep -E '^geometric mean' "$log" | tr '\n' ' ')"
+    return "$status"
+}
+
+for step in $STEPS; do
+    if ! declare -F "step_$step" >/dev/null; then
+        echo "gpu_check: unknown step '$step' (steps: build ctest sanitize sass pytest bench)"
+        RESULT[$step]=unknown
+        SECS[$step]=0
+        continue
+    fi
+    echo "=== gpu_check: $step ($(( $(date +%s) - START )) s elapsed) ==="
+    t=$(date +%s)
+    if "step_$step"; then RESULT[$step]=pass; else RESULT[$step]=FAIL; fi
+    SECS[$step]=$(( $(date +%s) - t ))
+    echo "=== gpu_check: $step: ${RESULT[$step]} (${SECS[$step]} s) ${NOTE[$step]:-} ==="
+done
+
+{
+    echo "gpu_check $(date -u '+%F %T UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)," \
+         "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), total $(( $(date +%s) - START )) s"
+    printf '%-9s %-6s %5s  %s\n' step result secs notes
+    for step in $STEPS; do
+        printf '%-9s %-6s %5s  %s\n' "$step" "${RESULT[$step]:-?}" "${SECS[$step]:-?}" "${NOTE[$step]:-}"
+    done
+} | tee "$OUT/summary.txt"
+rm -rf "$SCRATCH"
+for step in $STEPS; do [ "${RESULT[$step]:-}" = pass ] || exit 1; done
+exit 0
