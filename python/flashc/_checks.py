@@ -152,3 +152,13 @@ def gradient_buffer(t, name, like, like_name):
             _cabi.ERROR_SHAPE,
             f"{name}: expected shape {tuple(like.shape)} (as {like_name}), got {tuple(t.shape)}",
         )
+
+
+def packed(t, name, expected_rank, axis, count, layout):
+    """A packed qkv / kv: `count` tensors stacked along `axis`."""
+    rank(t, name, expected_rank, layout)
+    if t.shape[axis] != count:
+        raise FlashcValueError(
+            _cabi.ERROR_SHAPE,
+            f"{name}: expected {layout}, got shape {tuple(t.shape)} (dim {axis} must be {count})",
+        )

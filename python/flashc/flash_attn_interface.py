@@ -116,6 +116,7 @@ class FlashAttnQKVPackedFunc(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qkv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                 deterministic, return_softmax, return_lse, is_grad_enabled):
+        _checks.packed(qkv, "qkv", 5, 2, 3, "(batch, seqlen, 3, nheads, headdim)")
         is_grad = is_grad_enabled and qkv.requires_grad
         head_dim = qkv.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
@@ -154,6 +155,7 @@ class FlashAttnKVPackedFunc(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, kv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                 deterministic, return_softmax, return_lse, is_grad_enabled):
+        _checks.packed(kv, "kv", 5, 2, 2, "(batch, seqlen_k, 2, nheads_k, headdim)")
         is_grad = is_grad_enabled and any(x.requires_grad for x in (q, kv))
         head_dim = q.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
@@ -239,6 +241,7 @@ class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
     def forward(ctx, qkv, cu_seqlens, max_seqlen, dropout_p, softmax_scale, causal, window_size,
                 softcap, alibi_slopes, deterministic, return_softmax, return_lse,
                 is_grad_enabled):
+        _checks.packed(qkv, "qkv", 4, 1, 3, "(total, 3, nheads, headdim)")
         is_grad = is_grad_enabled and qkv.requires_grad
         head_dim = qkv.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
@@ -280,6 +283,7 @@ class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
     def forward(ctx, q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                 softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                 return_softmax, return_lse, is_grad_enabled):
+        _checks.packed(kv, "kv", 4, 1, 2, "(total_k, 2, nheads_k, headdim)")
         is_grad = is_grad_enabled and any(x.requires_grad for x in (q, kv))
         head_dim = q.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
