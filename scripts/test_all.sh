@@ -2,14 +2,17 @@
 # Every test of flashc in one command:
 #   1. Release build (gcc or $CC) + the whole ctest suite;
 #   2. ASan + UBSan build with clang + the suite in quick mode;
-#   3. the libFuzzer target (clang) for a bounded time.
+#   3. the libFuzzer target (clang) for a bounded time;
+#   4. the Python package: its virtual environment (scripts/python_env.sh,
+#      torch and the test tools from PyPI), `pip install .` into it, pytest.
 # Each step is one block below: add a step by adding a block and its name
 # to STEPS. Exit status is non-zero when any step failed; the last line is
 # a summary.
 #
 # Environment: JOBS (parallel build jobs, default 2), FUZZ_SECONDS (default
 # 60), FLASHC_CUDA (AUTO/ON/OFF, default AUTO), BUILD_PREFIX (directory for
-# the build trees, default the repository root).
+# the build trees, default the repository root), FLASHC_VENV (the Python
+# environment, default .venv).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,7 +53,18 @@ step_fuzz() {
         "$dir/corpus" "$ROOT/tests/fuzz/seeds"
 }
 
-STEPS=(release sanitize fuzz)
+step_python() {
+    local python
+    python="$(bash scripts/python_env.sh | tail -n 1)" || return 1
+    # The wheel's CMake build (scikit-build-core) keeps its tree between runs.
+    CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "$python" -m pip install -q --disable-pip-version-check \
+        --no-build-isolation --config-settings=cmake.define.FLASHC_CUDA="$CUDA_MODE" \
+        --config-settings=build-dir="$PREFIX/build-py/{wheel_tag}" . || return 1
+    # The installed package is tested (FLASHC_LIBRARY would point elsewhere).
+    env -u FLASHC_LIBRARY "$python" -m pytest tests/python -q -rfE -p no:cacheprovider
+}
+
+STEPS=(release sanitize fuzz python)
 
 declare -A RESULT
 declare -A SECONDS_TAKEN

@@ -105,6 +105,22 @@ def _incoming_dout(dout, out_padded):
     return F.pad(dout, [0, missing]) if missing else dout
 
 
+def _distinct(*tensors):
+    """The tensors, with any that repeats an earlier one (cu_seqlens passed
+    for q and k, flash_attn_func(q, q, q)) replaced by a view of it: the
+    autograd Functions then never receive one tensor twice, which
+    torch.compile cannot trace. Gradients through the views add up as they
+    would on the shared tensor."""
+    seen = []
+    result = []
+    for t in tensors:
+        if t is not None and any(t is s for s in seen):
+            t = t.view_as(t)
+        seen.append(t)
+        result.append(t)
+    return result
+
+
 def _check_block_table(block_table):
     _checks.not_supported(block_table, "block_table", "paged KV is not supported by flashc yet")
 
@@ -427,6 +443,7 @@ def flash_attn_kvpacked_func(
     (batch, seqlen_k, 2, nheads_k, headdim); nheads must be a multiple of
     nheads_k (MQA/GQA: query head i uses kv head i // (nheads / nheads_k)).
     Other arguments and the return value as flash_attn_qkvpacked_func."""
+    q, kv = _distinct(q, kv)
     result = FlashAttnKVPackedFunc.apply(
         q, kv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, return_attn_probs, return_lse, torch.is_grad_enabled(),
@@ -455,6 +472,7 @@ def flash_attn_func(
     corner: query i sees key j iff j <= i + seqlen_k - seqlen_q; a row that
     sees no key gives 0. Other arguments and the return value as
     flash_attn_qkvpacked_func."""
+    q, k, v = _distinct(q, k, v)
     result = FlashAttnFunc.apply(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, return_attn_probs, return_lse, torch.is_grad_enabled(),
@@ -509,6 +527,7 @@ def flash_attn_varlen_kvpacked_func(
     cu_seqlens_k (batch + 1,) and int max_seqlen_q / max_seqlen_k. Causal
     masks are aligned to each sequence's bottom-right corner. Other
     arguments as flash_attn_qkvpacked_func."""
+    q, kv, cu_seqlens_q, cu_seqlens_k = _distinct(q, kv, cu_seqlens_q, cu_seqlens_k)
     result = FlashAttnVarlenKVPackedFunc.apply(
         q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
         softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -542,6 +561,7 @@ def flash_attn_varlen_func(
     max_seqlen_k. block_table (paged KV) is not supported yet and must be
     None. Other arguments as flash_attn_qkvpacked_func."""
     _check_block_table(block_table)
+    q, k, v, cu_seqlens_q, cu_seqlens_k = _distinct(q, k, v, cu_seqlens_q, cu_seqlens_k)
     result = FlashAttnVarlenFunc.apply(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
         softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,

@@ -417,6 +417,9 @@ def _compile_case(name):
         return (lambda q, k, v: flashc.flash_attn_func(q, k, v, causal=True, return_lse=True),
                 [rand(_B, _S, _H, _D, **f32), rand(_B, 11, 1, _D, **f32),
                  rand(_B, 11, 1, _D, **f32)])
+    if name == "func_one_tensor":  # the same tensor as q, k and v
+        return (lambda x: flashc.flash_attn_func(x, x, x, causal=True),
+                [rand(_B, _S, _H, _D, **f32)])
     if name == "qkvpacked":
         return (lambda qkv: flashc.flash_attn_qkvpacked_func(qkv, window_size=(3, 1)),
                 [rand(_B, _S, 3, _H, _D, **f32)])
@@ -442,7 +445,7 @@ def _loss(result):
     return (result * result).sum()
 
 
-@pytest.mark.parametrize("name", ["func", "qkvpacked", "kvpacked", "varlen",
+@pytest.mark.parametrize("name", ["func", "func_one_tensor", "qkvpacked", "kvpacked", "varlen",
                                   "varlen_qkvpacked", "varlen_kvpacked"])
 def test_compile_fullgraph_matches_eager(name):
     fn, inputs = _compile_case(name)
