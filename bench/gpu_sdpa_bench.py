@@ -143,7 +143,8 @@ class CtypesFlashc:
             st = fwd(ctypes.byref(args))
             if st != SUCCESS:
                 raise RuntimeError(f"flashc forward: {self.error(st)}")
-        run.keep = (keep, args)
+        # the descriptors hold raw pointers: the tensors must live as long
+        run.keep = (keep, args, q, k, v, out, lse)
         return run, out, lse
 
     def backward_call(self, q, k, v, causal, dout):
@@ -179,7 +180,7 @@ class CtypesFlashc:
             s = bwd(ctypes.byref(args))
             if s != SUCCESS:
                 raise RuntimeError(f"flashc backward: {self.error(s)}")
-        run.keep = (keep, args, workspace, fwd)
+        run.keep = (keep, args, workspace, fwd, out, lse, dout, dq, dk, dv)
         return run, None
 
 

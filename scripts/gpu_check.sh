@@ -25,8 +25,8 @@
 #   GPU_STEPS    steps to run, in this order (default: all of the above)
 #   BENCH_ARGS   arguments of gpu_sdpa_bench.py (default: the full grid;
 #                e.g. "--quick" or "--hdim 128 --seqlen 4096")
-#   PYTEST_ARGS  pytest selection (default "-k cuda": the CUDA tests; set
-#                it empty for the whole suite)
+#   PYTEST_ARGS  pytest arguments, split at spaces (default "-k cuda": the
+#                CUDA tests; set it empty for the whole suite)
 #   CUDA_ARCHS   CMAKE_CUDA_ARCHITECTURES (default: the project's choice)
 #   JOBS         build parallelism (16); BUILD_DIR (build-gpu)
 #   DEADLINE_S   seconds the whole run may take (560): each step is cut
@@ -52,7 +52,7 @@ if [ "${1:-}" = "prepare" ]; then
     rm -rf "$DEPS" && mkdir -p "$DEPS/cmocka/include" "$DEPS/cmocka/lib"
     cp "$header" "$DEPS/cmocka/include/"
     cp -L "$lib" "$DEPS/cmocka/lib/libcmocka.so.0"
-    ln -s libcmocka.so.0 "$DEPS/cmocka/lib/libcmocka.so"
+    cp -L "$lib" "$DEPS/cmocka/lib/libcmocka.so"  # copies: links may not travel
     echo "gpu_check prepare: cmocka copied to $DEPS (carry build-gpu-deps in the GPU call)"
     exit 0
 fi
@@ -165,11 +165,15 @@ step_sass() {
     timeout "$(budget 60)" "$CUOBJDUMP" --dump-sass "$LIB" > "$SCRATCH/sass.raw" 2>&1 || return 1
     python3 - "$SCRATCH/sass.raw" > "$OUT/sass.txt" <<'EOF'
 import re, shutil, subprocess, sys
-kernels, order, cur = {}, [], None
+kernels, order, cur, arch = {}, [], None, "?"
 for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"\s*arch = (sm_\w+)", line)
+    if m:
+        arch = m.group(1)
+        continue
     m = re.search(r"Function : (\S+)", line)
     if m:
-        cur = m.group(1)
+        cur = (arch, m.group(1))
         if cur not in kernels:
             kernels[cur] = dict(HMMA=0, HGMMA=0, LDL=0, STL=0, insts=0)
             order.append(cur)
@@ -182,18 +186,20 @@ for line in open(sys.argv[1], errors="replace"):
         if re.search(r"\b%s\b" % op, line) or re.search(r"\b%s\." % op, line):
             k[op] += 1
 names = {}
+mangled = sorted({n for _, n in order})
 if shutil.which("c++filt"):
-    out = subprocess.run(["c++filt"], input="\n".join(order), capture_output=True, text=True).stdout
-    names = dict(zip(order, out.splitlines()))
-fwd = lambda n: re.search(r"fwd|forward", n, re.I) is not None
-print(f"{'HMMA':>6} {'HGMMA':>6} {'LDL':>5} {'STL':>5} {'insts':>7}  kernel")
-for n in order:
-    k = kernels[n]
-    flag = "  <-- local memory in a forward kernel" if fwd(n) and (k["LDL"] or k["STL"]) else ""
-    print(f"{k['HMMA']:6d} {k['HGMMA']:6d} {k['LDL']:5d} {k['STL']:5d} {k['insts']:7d}  {names.get(n, n)[:160]}{flag}")
+    out = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True).stdout
+    names = dict(zip(mangled, out.splitlines()))
+fwd = lambda key: re.search(r"fwd|forward", key[1], re.I) is not None
+print(f"{'arch':>6} {'HMMA':>6} {'HGMMA':>6} {'LDL':>5} {'STL':>5} {'insts':>7}  kernel")
+for key in order:
+    k = kernels[key]
+    flag = "  <-- local memory in a forward kernel" if fwd(key) and (k["LDL"] or k["STL"]) else ""
+    print(f"{key[0]:>6} {k['HMMA']:6d} {k['HGMMA']:6d} {k['LDL']:5d} {k['STL']:5d} {k['insts']:7d}  "
+          f"{names.get(key[1], key[1])[:160]}{flag}")
 f = [n for n in order if fwd(n)]
 local = [n for n in f if kernels[n]["LDL"] or kernels[n]["STL"]]
-print(f"# {len(order)} kernels (all SASS variants), {len(f)} forward; forward kernels with LDL/STL: {len(local)}; "
+print(f"# {len(order)} kernels (one per SASS architecture), {len(f)} forward; forward kernels with LDL/STL: {len(local)}; "
       f"HMMA total {sum(k['HMMA'] for k in kernels.values())}, HGMMA total {sum(k['HGMMA'] for k in kernels.values())}")
 EOF
     NOTE[sass]="$(tail -1 "$OUT/sass.txt" | sed 's/^# //')"
@@ -232,7 +238,7 @@ step_pytest() {
     timeout "$(budget 240)" python3 -m pytest tests/python -q -p no:cacheprovider --maxfail=30 \
         ${PYTEST_ARGS--k cuda} > "$SCRATCH/pytest.log" 2>&1
     tail -80 "$SCRATCH/pytest.log" >> "$log"
-    NOTE[pytest]="via $via: $(grep -E '[0-9]+ (passed|failed|error)' "$log" | tail -1)"
+    NOTE[pytest]="via $via: $(grep -E ' in [0-9.]+s' "$log" | tail -1 | tr -d '=')"
     grep -qE '[0-9]+ passed' "$log" && ! grep -qE '[0-9]+ (failed|error)' "$log"
 }
 

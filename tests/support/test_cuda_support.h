@@ -98,7 +98,7 @@ typedef struct tcuda_mask_stats {
  * Philox mask wherever the value is non-zero) with what the GPU wrote
  * (in c->tc). Tolerances, relative to the CPU's largest magnitude: out
  * one ulp of the dtype twice over plus half an ulp of max|v| / (1 - p)
- * (the GPU rounds P to the dtype before P·V); lse 2^-16; s_dmask one ulp
+ * (the GPU rounds P to the dtype before P·V); lse 2^-14; s_dmask one ulp
  * at 1. Afterwards c->tc holds the CPU's outputs. Returns failures. */
 int tcuda_check_against_cpu(tcuda_case *c, tcuda_mask_stats *stats);
 
