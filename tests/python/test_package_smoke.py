@@ -335,7 +335,56 @@ def test_cuda_without_cuda_backend_or_unsupported_is_a_clear_error():
         out.sum().backward()
     except flashc.FlashcUnsupportedError as err:
         # a CUDA backend without a backward says so, with the status
-        assert err.status_name == "FLASHC_ERROR_UNSUPPORTED"
+        assert err.status_name == "FLASHC_ERROR_UNSUPPORTED" and "CUDA" in err.message
+    else:
+        assert torch.isfinite(q.grad).all()
+
+
+def _cuda_forward_available():
+    return torch.cuda.is_available() and flashc.cuda_available()
+
+
+@pytest.mark.skipif(not _cuda_forward_available(), reason="no CUDA device or no CUDA backend")
+def test_cuda_forward_matches_cpu_with_head_dim_padding():
+    # d = 20 and 13 are not multiples of 8: padded for the CUDA backend and
+    # sliced back; the default scale is that of the original d.
+    cpu = [rand(2, 37, 4, 20, dtype=torch.float32), rand(2, 45, 2, 20, dtype=torch.float32),
+           rand(2, 45, 2, 20, dtype=torch.float32)]
+    gpu = [t.to("cuda", torch.float16) for t in cpu]
+    out, lse = flashc.flash_attn_func(*gpu, causal=True, return_lse=True)
+    want_out, want_lse = flashc.flash_attn_func(*[t.cpu().float() for t in gpu], causal=True,
+                                                return_lse=True)
+    assert out.shape == (2, 37, 4, 20) and out.device.type == "cuda"
+    assert_close(out.float().cpu(), want_out, "out (cuda vs cpu)", tol=2e-3)
+    assert_close(lse.cpu(), want_lse, "lse (cuda vs cpu)", tol=1e-3)
+    qkv = rand(10, 3, 2, 13, dtype=torch.float32).to("cuda", torch.bfloat16)
+    out = flashc.flash_attn_varlen_qkvpacked_func(qkv, _cu(CU_Q).cuda(), 7, causal=True)
+    want = flashc.flash_attn_varlen_qkvpacked_func(qkv.cpu().float(), _cu(CU_Q), 7, causal=True)
+    assert_close(out.float().cpu(), want, "varlen out (cuda vs cpu)", tol=2e-2)
+
+
+@pytest.mark.skipif(not _cuda_forward_available(), reason="no CUDA device or no CUDA backend")
+def test_cuda_dropout_draws_from_the_cuda_generator():
+    q = torch.randn(1, 64, 2, 32, device="cuda", dtype=torch.float16)
+    torch.manual_seed(7)
+    a = _flash_attn_forward(q, q, q, 0.3, 0.2, False, -1, -1, 0.0, None, False)
+    b = _flash_attn_forward(q, q, q, 0.3, 0.2, False, -1, -1, 0.0, None, False)
+    torch.manual_seed(7)
+    c = _flash_attn_forward(q, q, q, 0.3, 0.2, False, -1, -1, 0.0, None, False)
+    assert a[3].device.type == "cuda" and a[3].dtype == torch.int64 and a[3].shape == (2,)
+    assert torch.equal(a[0], c[0]) and torch.equal(a[3], c[3])
+    assert not torch.equal(a[0], b[0]) and not torch.equal(a[3], b[3])
+
+
+@pytest.mark.skipif(not _cuda_forward_available(), reason="no CUDA device or no CUDA backend")
+def test_cuda_forward_compiles_fullgraph():
+    q = torch.randn(2, 33, 4, 64, device="cuda", dtype=torch.bfloat16)
+    fn = lambda q: flashc.flash_attn_func(q, q, q, causal=True, return_lse=True)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(fn, fullgraph=True, backend="aot_eager")(q)
+        want = fn(q)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 # ---- torch.library: opcheck ----------------------------------------------------------
