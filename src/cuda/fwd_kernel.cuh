@@ -50,11 +50,13 @@ struct flashc_fwd_lane_addrs {
     uint32_t v;  /* B of P V, transposed: key (lane % 8) + 8 * ((lane / 8) % 2), column 8 * (lane / 16) */
 };
 
-/* S = Q K^T for this warp's rows: k-steps of 16 over the head dim (those
- * past head_dim are all zeros and skipped). */
+/* S = Q K^T for this warp's rows: k-steps of 16 over the configuration's
+ * head dim. Columns past the problem's head dim are zero-filled, so they
+ * add nothing; running them keeps the loop free of branches, which lets
+ * ptxas issue the next ldmatrix under the current mma. */
 template <typename T, int HEAD_DIM, int BLOCK_N, int ROW_ATOMS>
 static __device__ __forceinline__ void flashc_gemm_qk(float (&acc)[ROW_ATOMS][BLOCK_N / 8][4],
-                                                      const flashc_fwd_lane_addrs &addr, int head_dim) {
+                                                      const flashc_fwd_lane_addrs &addr) {
     constexpr int ROW_BYTES = FLASHC_SMEM_ROW(HEAD_DIM) * (int)sizeof(T);
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i)
@@ -64,7 +66,6 @@ static __device__ __forceinline__ void flashc_gemm_qk(float (&acc)[ROW_ATOMS][BL
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
-        if (ks * 16 >= head_dim) break;
         uint32_t a[ROW_ATOMS][4];
 #pragma unroll
         for (int i = 0; i < ROW_ATOMS; ++i)
@@ -99,17 +100,16 @@ static __device__ __forceinline__ void flashc_pack_p(uint32_t (&a)[ROW_ATOMS][CO
 }
 
 /* O += P V with P already packed (flashc_pack_p); V is read transposed by
- * ldmatrix. Column pairs past head_dim_v are skipped. */
+ * ldmatrix. Columns past head_dim_v are zero and never stored. */
 template <typename T, int HEAD_DIM, int BLOCK_N, int ROW_ATOMS>
 static __device__ __forceinline__ void flashc_gemm_pv(float (&acc_o)[ROW_ATOMS][HEAD_DIM / 8][4],
                                                       const uint32_t (&a)[ROW_ATOMS][BLOCK_N / 16][4],
-                                                      uint32_t v_addr, int head_dim_v) {
+                                                      uint32_t v_addr) {
     constexpr int ROW_BYTES = FLASHC_SMEM_ROW(HEAD_DIM) * (int)sizeof(T);
 #pragma unroll
     for (int ks = 0; ks < BLOCK_N / 16; ++ks) {
 #pragma unroll
         for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
-            if (dp * 16 >= head_dim_v) break;
             uint32_t b[4];
             flashc_ldmatrix_x4_trans(b, v_addr + 16 * ks * ROW_BYTES + dp * 32);
 #pragma unroll
@@ -148,7 +148,8 @@ static __device__ void flashc_write_empty_rows(const flashc_fwd_params &p, T *ou
         for (int r = threadIdx.x; r < rows; r += THREADS) lse[r * lse_row_stride] = INFINITY;
 }
 
-template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool GENERAL>
+template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool EARLY_K_LOAD,
+          bool GENERAL>
 __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(const flashc_fwd_params p) {
     constexpr int THREADS = WARPS * 32;
     constexpr int ROWS_PER_WARP = BLOCK_M / WARPS;
@@ -235,6 +236,18 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
         st.row_sum[r] = 0.0f;
     }
 
+    /* V[n] landed and every warp is done with K[n]: start K[n-1]. */
+    auto wait_v_start_next_k = [&](int n_block) {
+        flashc_cp_async_wait<0>();
+        __syncthreads();
+        if (n_block > n_block_min) {
+            const int n_prev = (n_block - 1) * BLOCK_N;
+            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, k + n_prev * p.k_row_stride, p.k_row_stride,
+                                                                 seq.sk - n_prev, p.head_dim);
+            flashc_cp_async_commit();
+        }
+    };
+
     for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {
         const int n0 = n_block * BLOCK_N;
         flashc_cp_async_wait<0>();
@@ -244,36 +257,30 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
         flashc_cp_async_commit();
 
         float acc_s[ROW_ATOMS][COL_ATOMS][4];
-        flashc_gemm_qk<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_s, addr, p.head_dim);
+        flashc_gemm_qk<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_s, addr);
 
         pos.col0 = n0 + 2 * (lane % 4);
         if (GENERAL) flashc_apply_logit_rule(acc_s, p, pos, alibi_slope_log2);
         if (flashc_tile_needs_mask(m0, rows, n0, BLOCK_N, seq.sk, shift, p.window_left, p.window_right))
             flashc_apply_mask(acc_s, pos, p.window_left, p.window_right);
 
+        if (EARLY_K_LOAD) wait_v_start_next_k(n_block);
         flashc_softmax_update(st, acc_s, acc_o, score_to_log2);
         if (GENERAL && p.dropout_threshold)
             flashc_apply_dropout(acc_s, p, batch, head, pos.row0, pos.col0);
         uint32_t p_frag[ROW_ATOMS][COL_ATOMS / 2][4];
         flashc_pack_p<T>(p_frag, acc_s);
 
-        /* V[n] landed and every warp is done with K[n]: start K[n-1]. */
-        flashc_cp_async_wait<0>();
-        __syncthreads();
-        if (n_block > n_block_min) {
-            const int n_prev = n0 - BLOCK_N;
-            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, k + n_prev * p.k_row_stride,
-                                                                 p.k_row_stride, seq.sk - n_prev, p.head_dim);
-            flashc_cp_async_commit();
-        }
-        flashc_gemm_pv<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_o, p_frag, addr.v, p.head_dim_v);
+        if (!EARLY_K_LOAD) wait_v_start_next_k(n_block);
+        flashc_gemm_pv<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_o, p_frag, addr.v);
     }
 
     /* Epilogue: O / rowsum (times the dropout rescale), LSE = m + log(sum).
      * The output pointers are formed only now, to keep the loop's registers
      * for the accumulators. */
-    T *out = flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0);
-    float *lse = flashc_fwd_lse_rows(p, batch, head, seq.q_start + m0);
+    const int64_t q_row0 = flashc_fwd_sequence(p, batch).q_start + m0; /* reloaded: not kept live */
+    T *out = flashc_fwd_out_rows<T>(p, batch, head, q_row0);
+    float *lse = flashc_fwd_lse_rows(p, batch, head, q_row0);
     const float rescale = GENERAL ? p.dropout_rescale : 1.0f;
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i)
@@ -294,7 +301,7 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
             }
             if (lse && lane % 4 == 0)
                 lse[row * p.lse_row_stride] =
-                    sum > 0.0f ? (st.row_max[r] * score_to_log2 + log2f(sum)) * FLASHC_LN2 : INFINITY;
+                    sum > 0.0f ? (st.row_max[r] + log2f(sum)) * FLASHC_LN2 : INFINITY;
         }
 }
 

@@ -10,9 +10,10 @@
 #include "fwd_kernel.cuh"
 #include "fwd_launch.h"
 
-template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool GENERAL>
+template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool EARLY_K_LOAD,
+          bool GENERAL>
 static cudaError_t flashc_fwd_launch(const flashc_fwd_params &p, cudaStream_t stream) {
-    auto kernel = flashc_fwd_kernel<T, HEAD_DIM, BLOCK_M, BLOCK_N, WARPS, CTAS_PER_SM, GENERAL>;
+    auto kernel = flashc_fwd_kernel<T, HEAD_DIM, BLOCK_M, BLOCK_N, WARPS, CTAS_PER_SM, EARLY_K_LOAD, GENERAL>;
     constexpr int smem = flashc_fwd_smem_bytes<T, HEAD_DIM, BLOCK_M, BLOCK_N>();
     if (smem > 48 * 1024) {
         cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -30,7 +31,8 @@ template <typename T, int HEAD_DIM, bool GENERAL>
 static cudaError_t flashc_fwd_launch_config(const flashc_fwd_params &p, cudaStream_t stream) {
     typedef flashc_fwd_config<HEAD_DIM> C;
     constexpr int BLOCK_N = GENERAL ? C::BLOCK_N_GENERAL : C::BLOCK_N;
-    return flashc_fwd_launch<T, HEAD_DIM, C::BLOCK_M, BLOCK_N, C::WARPS, C::CTAS_PER_SM, GENERAL>(p, stream);
+    return flashc_fwd_launch<T, HEAD_DIM, C::BLOCK_M, BLOCK_N, C::WARPS, C::CTAS_PER_SM, C::EARLY_K_LOAD, GENERAL>(
+        p, stream);
 }
 
 /* The run function of one head dim: picks dtype and variant. */

@@ -9,7 +9,7 @@
 #include "fwd_config.h"
 #include "fwd_params.h"
 
-#define FLASHC_FWD_DECLARE_RUN(HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_N_GENERAL, WARPS, CTAS_PER_SM) \
+#define FLASHC_FWD_DECLARE_RUN(HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_N_GENERAL, WARPS, CTAS_PER_SM, EARLY_K_LOAD) \
     cudaError_t flashc_fwd_run_hdim##HEAD_DIM(const flashc_fwd_params *p, void *stream, int is_bf16, int general);
 FLASHC_FWD_CONFIGS(FLASHC_FWD_DECLARE_RUN)
 #undef FLASHC_FWD_DECLARE_RUN

@@ -2,9 +2,9 @@
  * the 4 lanes of a quad (lane / 4 equal): row maxima are combined with two
  * xor-shuffles per tile, row sums only once at the end.
  *
- * Scores arrive in "score units"; SCORE_TO_LOG2 converts them to the log2
+ * Scores arrive in "score units"; score_to_log2 converts them to the log2
  * domain (scale * log2(e) for raw dot products, 1 for logits the general
- * kernel already converted), so p = 2^(s * SCORE_TO_LOG2 - m) is one FFMA
+ * kernel already converted), so p = 2^(s * score_to_log2 - m) is one FFMA
  * and one EX2 per element. */
 #ifndef FLASHC_CUDA_FWD_SOFTMAX_CUH
 #define FLASHC_CUDA_FWD_SOFTMAX_CUH
@@ -25,17 +25,25 @@ static __device__ __forceinline__ float flashc_quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+/* A row's reference maximum is raised only when a new score exceeds it by
+ * more than this (log2 domain): p = 2^(s - m_ref) then stays <= 2^8, exact
+ * in float32 and in the 16-bit P, and the rescale of O (a multiply per
+ * accumulator) is skipped on most tiles. LSE uses the same m_ref, so the
+ * result does not depend on when rescales happened. */
+#define FLASHC_RESCALE_THRESHOLD_LOG2 8.0f
+
 /* Running state of this thread's 2 * ROW_ATOMS rows (index 2*i + half). */
 template <int ROW_ATOMS>
 struct flashc_softmax_state {
-    float row_max[2 * ROW_ATOMS];  /* score units; -inf while nothing is visible */
+    float row_max[2 * ROW_ATOMS];  /* reference maximum m_ref, log2 domain; -inf while nothing is visible */
     float row_sum[2 * ROW_ATOMS];  /* this thread's partial sum of p */
 };
 
-/* Fold one S tile into the running state: new maxima, rescale of the
- * output accumulators and sums, then acc <- p (float32). A row with nothing
- * visible so far keeps max -inf and exponentiates against 0, giving p = 0
- * and no NaN. */
+/* Fold one S tile into the running state: raise a row's maximum where
+ * needed, rescaling its O accumulators and sum (a branch the warp skips
+ * when none of its rows needs it), then acc <- p (float32). A row with
+ * nothing visible so far keeps -inf and exponentiates against 0, giving
+ * p = 0 and no NaN. */
 template <int ROW_ATOMS, int COL_ATOMS, int OUT_ATOMS>
 static __device__ __forceinline__ void flashc_softmax_update(
     flashc_softmax_state<ROW_ATOMS> &st, float (&acc)[ROW_ATOMS][COL_ATOMS][4],
@@ -49,22 +57,30 @@ static __device__ __forceinline__ void flashc_softmax_update(
 #pragma unroll
             for (int j = 0; j < COL_ATOMS; ++j)
                 tile_max = fmaxf(tile_max, fmaxf(acc[i][j][2 * half], acc[i][j][2 * half + 1]));
-            tile_max = flashc_quad_max(tile_max);
-            const float new_max = fmaxf(st.row_max[r], tile_max);
-            const float max_log2 = new_max == -INFINITY ? 0.0f : new_max * score_to_log2;
-            const float alpha = flashc_exp2(st.row_max[r] * score_to_log2 - max_log2);
-            st.row_max[r] = new_max;
-            float sum = st.row_sum[r] * alpha;
+            const float new_max = flashc_quad_max(tile_max) * score_to_log2;
+            if (new_max > st.row_max[r] + FLASHC_RESCALE_THRESHOLD_LOG2) {
+                const float alpha = flashc_exp2(st.row_max[r] - new_max);
+                st.row_max[r] = new_max;
+                st.row_sum[r] *= alpha;
 #pragma unroll
-            for (int d = 0; d < OUT_ATOMS; ++d) {
-                acc_o[i][d][2 * half] *= alpha;
-                acc_o[i][d][2 * half + 1] *= alpha;
+                for (int d = 0; d < OUT_ATOMS; ++d) {
+                    acc_o[i][d][2 * half] *= alpha;
+                    acc_o[i][d][2 * half + 1] *= alpha;
+                }
             }
+        }
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = 2 * i + half;
+            const float base = st.row_max[r] == -INFINITY ? 0.0f : st.row_max[r];
+            float sum = st.row_sum[r];
 #pragma unroll
             for (int j = 0; j < COL_ATOMS; ++j)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    float pe = flashc_exp2(fmaf(acc[i][j][2 * half + e], score_to_log2, -max_log2));
+                    float pe = flashc_exp2(fmaf(acc[i][j][2 * half + e], score_to_log2, -base));
                     acc[i][j][2 * half + e] = pe;
                     sum += pe;
                 }
