@@ -35,11 +35,7 @@
 
 #define REQUIRE_GPU()                                                                             \
     do {                                                                                          \
-        /* FLASHC_TEST_FILTER=pattern runs the matching tests only (cmocka's
-     * '*' and '?' wildcards), e.g. under the slower sanitizers. */
-    const char *filter = getenv("FLASHC_TEST_FILTER");
-    if (filter && filter[0]) cmocka_set_test_filter(filter);
-    if (!tcuda_available()) skip();                                                           \
+        if (!tcuda_available()) skip();                                                           \
     } while (0)
 
 static test_config cfgs[MAX_CASES];

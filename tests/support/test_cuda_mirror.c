@@ -153,6 +153,9 @@ int tcuda_case_upload(tcuda_case *c) {
                      "cudaMemcpy to the device"))
             return -1;
     }
+    /* A copy from pageable memory may return before its DMA is done, and
+     * the side stream does not wait for the default one. */
+    if (!cuda_ok(cudaStreamSynchronize(NULL), "cudaStreamSynchronize after the uploads")) return -1;
     build_args(c);
     return 0;
 }

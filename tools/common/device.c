@@ -51,7 +51,11 @@ void flashc_tool_device_free(void *ptr) {
 }
 
 int flashc_tool_device_copy_to(void *dst, const void *src, size_t bytes) {
-    return cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+    /* A copy from pageable memory may return before its DMA is done, and
+     * the non-blocking streams the calls run on do not wait for it. */
+    if (cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device") != 0)
+        return -1;
+    return cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemcpy");
 }
 
 int flashc_tool_device_copy_from(void *dst, const void *src, size_t bytes) {
