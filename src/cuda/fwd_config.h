@@ -9,7 +9,7 @@
  * each owning BLOCK_M / WARPS rows (16 or 32: one or two mma row-atoms).
  * EARLY_K_LOAD: start the next K tile's load before the softmax (more
  * overlap) rather than after it (fewer live registers: with 32-row warps
- * at head dim 96 / 128 the early load made ptxas spill).
+ * at head dim 96 / 128 the early load makes ptxas spill).
  *
  * Shared memory holds one Q, one K and one V tile, rows padded by 16 bytes
  * so ldmatrix reads hit 8 distinct bank groups. Register budget per thread

@@ -8,13 +8,16 @@
  *   wait K[n]; barrier; start loading V[n]
  *   S = Q K^T                      (ldmatrix + mma, float32)
  *   logit rule, mask               (only where needed)
+ *   wait V[n]; barrier
  *   online softmax: rescale O, P = 2^(S - m)
  *   dropout on P, P rounded to 16 bits
- *   wait V[n]; barrier; start loading K[n-1]
+ *   start loading K[n-1]           (or before the softmax: EARLY_K_LOAD)
  *   O += P V                       (P stays in registers as the A operand)
  *
  * so V's load overlaps the first GEMM and the next K's load overlaps the
- * softmax and the second GEMM. The epilogue divides by the row sums and
+ * second GEMM (and the softmax too when issued early). No barrier sits
+ * between the softmax and P V, so the exponentials of late columns can
+ * run under the mma of early ones. The epilogue divides by the row sums and
  * writes O and LSE straight from the fragments.
  *
  * GENERAL selects the variant with softcap, ALiBi and dropout (run-time
@@ -236,16 +239,16 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
         st.row_sum[r] = 0.0f;
     }
 
-    /* V[n] landed and every warp is done with K[n]: start K[n-1]. */
-    auto wait_v_start_next_k = [&](int n_block) {
-        flashc_cp_async_wait<0>();
-        __syncthreads();
-        if (n_block > n_block_min) {
-            const int n_prev = (n_block - 1) * BLOCK_N;
-            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, k + n_prev * p.k_row_stride, p.k_row_stride,
-                                                                 seq.sk - n_prev, p.head_dim);
-            flashc_cp_async_commit();
-        }
+    /* Start loading K[n-1] into sK (every warp is past its Q K^T of
+     * K[n]). Predicated rather than branched, so the caller's code on
+     * either side stays one basic block: past the first key block all
+     * rows are invalid and only zeros are written. */
+    auto start_k_load = [&](int n_block) {
+        const int n_prev = (n_block - 1) * BLOCK_N;
+        const int valid_rows = n_block > n_block_min ? seq.sk - n_prev : 0;
+        flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, n_block > n_block_min ? k + n_prev * p.k_row_stride : k,
+                                                             p.k_row_stride, valid_rows, p.head_dim);
+        flashc_cp_async_commit();
     };
 
     for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {
@@ -264,16 +267,20 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
         if (flashc_tile_needs_mask(m0, rows, n0, BLOCK_N, seq.sk, shift, p.window_left, p.window_right))
             flashc_apply_mask(acc_s, pos, p.window_left, p.window_right);
 
-        if (EARLY_K_LOAD) wait_v_start_next_k(n_block);
+        /* V[n] landed, and every warp is done with K[n]. */
+        flashc_cp_async_wait<0>();
+        __syncthreads();
+        if (EARLY_K_LOAD) start_k_load(n_block);
         flashc_softmax_update(st, acc_s, acc_o, score_to_log2);
         if (GENERAL && p.dropout_threshold)
             flashc_apply_dropout(acc_s, p, batch, head, pos.row0, pos.col0);
         uint32_t p_frag[ROW_ATOMS][COL_ATOMS / 2][4];
         flashc_pack_p<T>(p_frag, acc_s);
 
-        if (!EARLY_K_LOAD) wait_v_start_next_k(n_block);
+        if (!EARLY_K_LOAD) start_k_load(n_block);
         flashc_gemm_pv<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_o, p_frag, addr.v);
     }
+    flashc_cp_async_wait<0>(); /* the last (all-zero) K load, before the CTA exits */
 
     /* Epilogue: O / rowsum (times the dropout rescale), LSE = m + log(sum).
      * The output pointers are formed only now, to keep the loop's registers
