@@ -15,6 +15,8 @@ float32; varlen q (total_q, h, d), k/v (total_k, hk, d), qkv
 int32 cu_seqlens of length b + 1 and int max_seqlen. dtypes float16,
 bfloat16, float32, and float64 on the CPU.
 """
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -121,6 +123,16 @@ def _distinct(*tensors):
     return result
 
 
+def _gradient_buffers(dtype, device, *shapes):
+    """Empty gradient buffers of the given shapes, carved from one
+    allocation. Separate torch.empty calls of equal shape can be merged into
+    one buffer by a compiler (PyTorch 2.4's inductor does), after which the
+    backward would write two gradients into the same memory."""
+    sizes = [math.prod(shape) for shape in shapes]
+    flat = torch.empty(sum(sizes), dtype=dtype, device=device)
+    return [chunk.view(shape) for chunk, shape in zip(flat.split(sizes), shapes)]
+
+
 def _check_block_table(block_table):
     _checks.not_supported(block_table, "block_table", "paged KV is not supported by flashc yet")
 
@@ -156,7 +168,7 @@ class FlashAttnQKVPackedFunc(torch.autograd.Function):
     def backward(ctx, dout, dlse=None, *unused):
         q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
-        dqkv = torch.empty((*q.shape[:-2], 3, *q.shape[-2:]), dtype=q.dtype, device=q.device)
+        (dqkv,) = _gradient_buffers(q.dtype, q.device, (*q.shape[:-2], 3, *q.shape[-2:]))
         _wrapped_flash_attn_backward(
             dout, q, k, v, out, softmax_lse, dqkv[:, :, 0], dqkv[:, :, 1], dqkv[:, :, 2],
             ctx.dropout_p, ctx.softmax_scale, ctx.causal, ctx.window_size[0],
@@ -196,8 +208,8 @@ class FlashAttnKVPackedFunc(torch.autograd.Function):
     def backward(ctx, dout, dlse=None, *unused):
         q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
-        dq = torch.empty_like(q)
-        dkv = torch.empty((*k.shape[:-2], 2, *k.shape[-2:]), dtype=k.dtype, device=k.device)
+        dq, dkv = _gradient_buffers(q.dtype, q.device, q.shape,
+                                    (*k.shape[:-2], 2, *k.shape[-2:]))
         _wrapped_flash_attn_backward(
             dout, q, k, v, out, softmax_lse, dq, dkv[:, :, 0], dkv[:, :, 1],
             ctx.dropout_p, ctx.softmax_scale, ctx.causal, ctx.window_size[0],
@@ -236,7 +248,7 @@ class FlashAttnFunc(torch.autograd.Function):
     def backward(ctx, dout, dlse=None, *unused):
         q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dq, dk, dv = _gradient_buffers(q.dtype, q.device, q.shape, k.shape, v.shape)
         _wrapped_flash_attn_backward(
             dout, q, k, v, out, softmax_lse, dq, dk, dv,
             ctx.dropout_p, ctx.softmax_scale, ctx.causal, ctx.window_size[0],
@@ -283,7 +295,7 @@ class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
     def backward(ctx, dout, dlse=None, *unused):
         q, k, v, out, softmax_lse, cu_seqlens, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
-        dqkv = torch.empty((q.shape[0], 3, *q.shape[1:]), dtype=q.dtype, device=q.device)
+        (dqkv,) = _gradient_buffers(q.dtype, q.device, (q.shape[0], 3, *q.shape[1:]))
         _wrapped_flash_attn_varlen_backward(
             dout, q, k, v, out, softmax_lse, dqkv[:, 0], dqkv[:, 1], dqkv[:, 2],
             cu_seqlens, cu_seqlens, ctx.max_seqlen, ctx.max_seqlen, ctx.dropout_p,
@@ -326,8 +338,7 @@ class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
     def backward(ctx, dout, dlse=None, *unused):
         q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
-        dq = torch.empty_like(q)
-        dkv = torch.empty((k.shape[0], 2, *k.shape[1:]), dtype=k.dtype, device=k.device)
+        dq, dkv = _gradient_buffers(q.dtype, q.device, q.shape, (k.shape[0], 2, *k.shape[1:]))
         _wrapped_flash_attn_varlen_backward(
             dout, q, k, v, out, softmax_lse, dq, dkv[:, 0], dkv[:, 1],
             cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k, ctx.dropout_p,
@@ -369,7 +380,7 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
     def backward(ctx, dout, dlse=None, *unused):
         q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dq, dk, dv = _gradient_buffers(q.dtype, q.device, q.shape, k.shape, v.shape)
         _wrapped_flash_attn_varlen_backward(
             dout, q, k, v, out, softmax_lse, dq, dk, dv,
             cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k, ctx.dropout_p,
