@@ -1,18 +1,22 @@
-"""The CUDA backend against the CPU backend: the same float16/bfloat16
-inputs give results within rounding of each other (both accumulate in
-float32), and the same rng_state draws the same dropout mask, bit for bit.
-Skipped (with the reason) where torch sees no GPU or flashc has no CUDA
-backend; the backward tests skip while the CUDA backward is unsupported."""
+"""The CUDA backend against the reference and the CPU backend: for the same
+float16/bfloat16 inputs both backends meet the tolerance rule (the CUDA
+kernels round P to the input dtype for the tensor-core product, so they do
+not agree to the last bit with the CPU backend, which keeps float32), and
+the same rng_state draws the same dropout mask, bit for bit. Skipped (with
+the reason) where torch sees no GPU or flashc has no CUDA backend; the
+backward tests skip while the CUDA backward is unsupported."""
 
 import pytest
 import torch
 
 import flashc
-from checks import assert_lse_close, cu_seqlens_from_lengths, is_unsupported
+from checks import (assert_close, assert_lse_close, cu_seqlens_from_lengths, is_unsupported,
+                    rounded_out_slack)
 from conftest import skip_unless_device
 from flashc import _kernels, _rng
 from flashc.flash_attn_interface import (_flash_attn_backward, _flash_attn_forward,
                                          _flash_attn_varlen_forward)
+from reference import attention_ref, attention_ref_varlen
 
 pytestmark = pytest.mark.usefixtures("require_cuda")
 
@@ -22,17 +26,11 @@ def require_cuda():
     skip_unless_device("cuda", torch.bfloat16)
 
 
-def assert_within_rounding(name, cuda_result, cpu_result, dtype, ulps=2, atol_rel=1e-6):
-    """Both backends compute in float32 and round once to dtype: allow a few
-    units in the last place of dtype, relative to each element, plus the
-    float32 accumulation-order difference (atol_rel of the largest value)."""
-    a, b = cuda_result.detach().cpu().double(), cpu_result.detach().double()
-    assert a.shape == b.shape, name
-    ulp = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}[dtype]
-    bound = ulps * ulp * (b.abs() + a.abs()) + atol_rel * max(1.0, b.abs().max().item())
-    bad = (a - b).abs() > bound
-    assert not bad.any(), (f"{name}: {bad.sum()} elements differ by more than {ulps} ulp "
-                           f"(max diff {(a - b).abs().max().item():.3g})")
+def assert_both_backends_close(name, cuda_result, cpu_result, ref64, ref_lowp, dtype,
+                               backward=False):
+    """Each backend within the tolerance rule against the float64 reference."""
+    assert_close(f"{name} (cuda)", cuda_result.cpu(), ref64, ref_lowp, dtype, backward)
+    assert_close(f"{name} (cpu)", cpu_result, ref64, ref_lowp, dtype, backward)
 
 
 def grads_or_skip(fn):
@@ -56,9 +54,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("d", [32, 59, 64, 96, 128, 200, 256])
+@pytest.mark.parametrize("d", [32, 59, 128, 256])
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("sq,sk", [(1, 300), (257, 129), (128, 128), (333, 517)])
+@pytest.mark.parametrize("sq,sk", [(1, 300), (257, 129), (333, 517)])
 def test_forward_matches_cpu_backend(dtype, d, case, sq, sk):
     kw = dict(CASES[case])
     b, h, hk = 2, 6, 2
@@ -70,8 +68,13 @@ def test_forward_matches_cpu_backend(dtype, d, case, sq, sk):
     cuda_kw = {n: (x.cuda() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()}
     out, lse = flashc.flash_attn_func(q.cuda(), k.cuda(), v.cuda(), return_lse=True, **cuda_kw)
     assert out.is_cuda and lse.is_cuda
-    assert_within_rounding("out", out, cpu_out, dtype)
-    assert_lse_close("lse", lse.cpu(), cpu_lse)
+    ref_kw = dict(causal=kw.get("causal", False), window_size=kw.get("window_size", (-1, -1)),
+                  softcap=kw.get("softcap", 0.0), alibi_slopes=kw.get("alibi_slopes"))
+    ref64 = attention_ref(q, k, v, **ref_kw)
+    lowp = attention_ref(q, k, v, **ref_kw, compute_dtype=dtype)
+    assert_both_backends_close("out", out, cpu_out, ref64.out, lowp.out, dtype)
+    assert_lse_close("lse (cuda)", lse.cpu(), ref64.lse)
+    assert_lse_close("lse (cuda vs cpu)", lse.cpu(), cpu_lse.double())
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -85,8 +88,10 @@ def test_varlen_forward_matches_cpu_backend(dtype):
                                                      return_lse=True)
     out, lse = flashc.flash_attn_varlen_func(q.cuda(), k.cuda(), v.cuda(), cu_q.cuda(),
                                              cu_k.cuda(), *args, causal=True, return_lse=True)
-    assert_within_rounding("out", out, cpu_out, dtype)
-    assert_lse_close("lse", lse.cpu(), cpu_lse)
+    ref64 = attention_ref_varlen(q, k, v, cu_q, cu_k, causal=True)
+    lowp = attention_ref_varlen(q, k, v, cu_q, cu_k, causal=True, compute_dtype=dtype)
+    assert_both_backends_close("out", out, cpu_out, ref64.out, lowp.out, dtype)
+    assert_lse_close("lse", lse.cpu(), ref64.lse)
 
 
 def _cpu_forward_with_rng(q, k, v, rng_state, dropout_p, **kw):
@@ -116,8 +121,11 @@ def test_dropout_mask_matches_cpu_backend_bit_for_bit(sq, sk):
     cpu_out, cpu_lse, cpu_sd = _cpu_forward_with_rng(q, k, v, rng, p, causal=True)
     assert torch.equal(torch.signbit(sd.cpu()), torch.signbit(cpu_sd)), \
         "CUDA and CPU draw different dropout masks for the same rng_state"
-    assert_within_rounding("out", out, cpu_out, dtype)
-    assert_within_rounding("S_dmask", sd, cpu_sd, dtype)
+    keep = ~torch.signbit(cpu_sd[:, :, :sq, :sk])
+    ref64 = attention_ref(q, k, v, causal=True, dropout_p=p, keep_mask=keep)
+    lowp = attention_ref(q, k, v, causal=True, dropout_p=p, keep_mask=keep, compute_dtype=dtype)
+    assert_both_backends_close("out", out, cpu_out, ref64.out, lowp.out, dtype)
+    assert (sd.cpu().double() - cpu_sd.double()).abs().max() <= 2.0 ** -7
 
 
 def test_varlen_dropout_mask_matches_cpu_backend():
@@ -136,7 +144,12 @@ def test_varlen_dropout_mask_matches_cpu_backend():
                      dropout_p=0.2, seed=seed, offset=offset, cu_seqlens_q=cu_q,
                      cu_seqlens_k=cu_k, max_seqlen_q=130, max_seqlen_k=129)
     assert torch.equal(torch.signbit(sd.cpu()), torch.signbit(cpu_sd))
-    assert_within_rounding("out", out, cpu_out, torch.float16)
+    keep = ~torch.signbit(cpu_sd)
+    ref64 = attention_ref_varlen(q, k, v, cu_q, cu_k, softmax_scale=0.2, dropout_p=0.2,
+                                 keep_mask=keep)
+    lowp = attention_ref_varlen(q, k, v, cu_q, cu_k, softmax_scale=0.2, dropout_p=0.2,
+                                keep_mask=keep, compute_dtype=torch.float16)
+    assert_both_backends_close("out", out, cpu_out, ref64.out, lowp.out, torch.float16)
 
 
 def test_cuda_generator_drives_dropout():
@@ -171,6 +184,7 @@ def test_backward_matches_cpu_backend(dtype, case):
     if kw.pop("alibi", False):
         kw["alibi_slopes"] = torch.rand(h)
     p = 0.25 if case == "dropout" else 0.0
+    # the CUDA forward's out, lse and rng_state go to both backends' backward
     cuda_kw = {n: (x.cuda() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()}
     out, lse, _, rng = _flash_attn_forward(q.cuda(), k.cuda(), v.cuda(), p, d ** -0.5,
                                            kw.get("causal", False),
@@ -190,5 +204,23 @@ def test_backward_matches_cpu_backend(dtype, case):
                          kw.get("causal", False), *kw.get("window_size", (-1, -1)),
                          kw.get("softcap", 0.0), kw.get("alibi_slopes"), False, rng.cpu(),
                          dlse=dlse)
-    for name, a, e in (("dq", dq, cq), ("dk", dk, ck), ("dv", dv, cv)):
-        assert_within_rounding(name, a, e, dtype, ulps=2, atol_rel=1e-4)
+    # the reference, with the dropout mask the CPU backend draws for rng_state
+    keep = None
+    if p > 0:
+        sd = _cpu_forward_with_rng(q, k, v, rng, p, causal=kw.get("causal", False))[2]
+        keep = ~torch.signbit(sd[:, :, :sq, :sk])
+    ref_kw = dict(causal=kw.get("causal", False), window_size=kw.get("window_size", (-1, -1)),
+                  softcap=kw.get("softcap", 0.0), alibi_slopes=kw.get("alibi_slopes"),
+                  dropout_p=p, keep_mask=keep)
+    leaves64 = [t.double().requires_grad_() for t in (q, k, v)]
+    leaves_lo = [t.clone().requires_grad_() for t in (q, k, v)]
+    r64 = attention_ref(*leaves64, **ref_kw)
+    rlo = attention_ref(*leaves_lo, **ref_kw, compute_dtype=dtype)
+    slack = rounded_out_slack(r64.lse, dict(zip(("dq", "dk", "dv"), leaves64)), dout, out,
+                              r64.out)
+    torch.autograd.backward([r64.out, r64.lse], [dout.double(), dlse.double()])
+    torch.autograd.backward([rlo.out, rlo.lse], [dout, dlse.to(dtype)])
+    for name, a, e, l64, llo in zip(("dq", "dk", "dv"), (dq, dk, dv), (cq, ck, cv), leaves64,
+                                    leaves_lo):
+        assert_close(f"{name} (cuda)", a.cpu(), l64.grad, llo.grad, dtype, True, slack[name])
+        assert_close(f"{name} (cpu)", e, l64.grad, llo.grad, dtype, True, slack[name])

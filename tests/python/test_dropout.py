@@ -7,6 +7,7 @@ import torch
 
 import flashc
 from cases import Case, run_batched
+from checks import assert_lse_close
 from conftest import skip_unless_device
 from reference import visible_mask
 
@@ -17,6 +18,7 @@ FEATURES = {
     "alibi": dict(alibi="h", causal=True),
     "gqa": dict(h=6, hk=2),
     "scale": dict(scale=0.3),
+    "softcap": dict(softcap=3.0, q_scale=2.0),
 }
 
 
@@ -49,7 +51,9 @@ def test_dropout_with_return_lse(device):
     out_c = flashc.flash_attn_func(q, k, v, dropout_p=p)
     lse_nodrop = flashc.flash_attn_func(q, k, v, return_lse=True)[1]
     assert torch.equal(out_a, out_b) and torch.equal(out_a, out_c)
-    assert torch.equal(lse_a, lse_b) and torch.equal(lse_a, lse_nodrop)
+    assert torch.equal(lse_a, lse_b)
+    # the same value as without dropout (a kernel variant may round differently)
+    assert_lse_close("lse with dropout", lse_a.cpu(), lse_nodrop.cpu().double())
     assert sd.shape == (b, h, 128, 128)
 
 
