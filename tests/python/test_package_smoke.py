@@ -517,3 +517,21 @@ def test_no_grad_saves_nothing_and_grad_mode_is_passed_in():
     out = flashc.flash_attn_func(q, q, q)
     assert out.grad_fn is not None
     assert not math.isnan(out.sum().item())
+
+
+def test_compile_inductor_keeps_gradient_buffers_apart():
+    # q, k, v of one shape in two layers: PyTorch 2.4's inductor merged
+    # equal-shaped empty gradient buffers into one (wrong dK / dV).
+    def two_layers(q1, k1, v1, q2, k2, v2):
+        o1 = flashc.flash_attn_func(q1, k1, v1, causal=True)
+        o2 = flashc.flash_attn_func(q2, k2, v2)
+        return (o1 * torch.linspace(-1, 1, _D)).sum() + (o2 * o2).sum()
+
+    inputs = [rand(_B, _S, _H, _D, dtype=torch.float32) for _ in range(6)]
+    torch._dynamo.reset()
+    compiled = torch.compile(two_layers, fullgraph=True, backend="inductor")
+    eager_leaves, compiled_leaves = leaves(*inputs), leaves(*inputs)
+    eager = torch.autograd.grad(two_layers(*eager_leaves), eager_leaves)
+    got = torch.autograd.grad(compiled(*compiled_leaves), compiled_leaves)
+    for name, e, c in zip(["dq1", "dk1", "dv1", "dq2", "dk2", "dv2"], eager, got):
+        assert_close(c, e, name, tol=1e-5)
