@@ -658,8 +658,8 @@ static const error_case cases[] = {
     {"cu_seqlens_q on CUDA", VARLEN, BOTH, device_cu_q, S(DEVICE), 0, "cu_seqlens_q"},
     {"seqused_k on CUDA", VARLEN, BOTH, device_seqused, S(DEVICE), 0, "seqused_k"},
     {"everything but cu_seqlens_k on CUDA", VARLEN, BOTH, device_all_cuda_but_cu_k, S(DEVICE), 0, "cu_seqlens_k"},
-    {"everything on CUDA, CPU-only build", BATCHED, BOTH, device_all_cuda, S(UNSUPPORTED), 0, NULL},
-    {"everything on CUDA, CPU-only build (varlen)", VARLEN, BOTH, device_all_cuda, S(UNSUPPORTED), 0, NULL},
+    {"everything on CUDA, no usable CUDA device", BATCHED, BOTH, device_all_cuda, S(UNSUPPORTED), 0, NULL},
+    {"everything on CUDA, no usable CUDA device (varlen)", VARLEN, BOTH, device_all_cuda, S(UNSUPPORTED), 0, NULL},
 
     {"cu_seqlens_q decreasing", VARLEN, BOTH, cu_q_decreasing, S(CU_SEQLENS), 0, "cu_seqlens_q"},
     {"cu_seqlens_k decreasing", VARLEN, BOTH, cu_k_decreasing, S(CU_SEQLENS), 0, "cu_seqlens_k"},

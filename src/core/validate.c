@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend.h"
 #include "error.h"
 #include "semantics.h"
 #include "tensor_checks.h"
@@ -85,6 +86,18 @@ static flashc_status check_devices(const named_tensor *ts, int n, flashc_problem
                            "%s: is a CUDA tensor, but this library was built without the CUDA "
                            "backend",
                            first->name);
+#else
+    if (p->is_cuda) {
+        int devices = flashc_cuda_device_count();
+        if (devices == 0)
+            return flashc_fail(FLASHC_ERROR_UNSUPPORTED,
+                               "%s: is a CUDA tensor, but no CUDA device is usable here (no GPU "
+                               "or no driver)",
+                               first->name);
+        if (p->device_index < 0 || p->device_index >= devices)
+            return flashc_fail(FLASHC_ERROR_DEVICE, "%s: CUDA device %d does not exist (%d present)",
+                               first->name, p->device_index, devices);
+    }
 #endif
     if (!p->is_cuda && p->device_index != 0)
         return flashc_fail(FLASHC_ERROR_DEVICE, "%s: CPU tensors have device index 0, got %d",
