@@ -59,6 +59,7 @@ BATCHED_ERRORS = {
     "dropout_large": (lambda: batched(dropout_p=1.5), ValueError, "dropout_p"),
     "window_left": (lambda: batched(window_size=(-2, 0)), ValueError, "window"),
     "window_right": (lambda: batched(window_size=(3, -5)), ValueError, "window"),
+    "window_one_value": (lambda: batched(window_size=(3,)), ValueError, "window_size"),
     "softcap_negative": (lambda: batched(softcap=-1.0), ValueError, "softcap"),
     "softcap_nan": (lambda: batched(softcap=float("nan")), ValueError, "softcap"),
     "scale_inf": (lambda: batched(softmax_scale=float("inf")), ValueError, "softmax_scale"),

@@ -190,3 +190,47 @@ def test_noncontiguous_inputs(device):
         assert torch.equal(a.grad, b.grad)
     r64 = attention_ref(*(t.detach().cpu().double() for t in (q, k, v)), causal=True)
     assert (out.cpu().double() - r64.out).abs().max() < 0.05
+
+
+def test_value_head_dim_differs(device):
+    # flashc's kernels take a value head dim dv != d (flash_attn requires d == dv)
+    skip_unless_device(device, torch.bfloat16)
+    import flashc
+    from checks import assert_close, rounded_out_slack
+    from reference import attention_ref
+    q = torch.randn(2, 29, 4, 24, dtype=torch.bfloat16, device=device, requires_grad=True)
+    k = torch.randn(2, 41, 2, 24, dtype=torch.bfloat16, device=device, requires_grad=True)
+    v = torch.randn(2, 41, 2, 40, dtype=torch.bfloat16, device=device, requires_grad=True)
+    out = flashc.flash_attn_func(q, k, v, causal=True)
+    assert out.shape == (2, 29, 4, 40)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    r64 = [t.detach().cpu().double().requires_grad_() for t in (q, k, v)]
+    rlo = [t.detach().cpu().requires_grad_() for t in (q, k, v)]
+    ref, low = attention_ref(*r64, causal=True), attention_ref(*rlo, causal=True,
+                                                              compute_dtype=torch.bfloat16)
+    assert_close("out", out, ref.out, low.out, torch.bfloat16)
+    slack = rounded_out_slack(ref.lse, dict(zip("qkv", r64)), dout, out, ref.out)
+    g64 = torch.autograd.grad(ref.out, r64, dout.cpu().double())
+    glo = torch.autograd.grad(low.out, rlo, dout.cpu())
+    for name, a, e, l in zip("qkv", grads, g64, glo):
+        assert_close(f"d{name}", a, e, l, torch.bfloat16, backward=True, slack=slack[name])
+
+
+@pytest.mark.parametrize("shape", ["no_keys", "no_queries", "no_batch"])
+def test_empty_extents(device, shape):
+    # sk = 0: every row sees nothing (out 0, LSE +inf, zero gradients);
+    # sq = 0 and b = 0: empty results and gradients, including a backward
+    # whose dout is an expanded (stride 0) view, as out.sum() gives.
+    skip_unless_device(device, torch.bfloat16)
+    import flashc
+    b, sq, sk = {"no_keys": (2, 5, 0), "no_queries": (2, 0, 5), "no_batch": (0, 5, 5)}[shape]
+    q = torch.randn(b, sq, 2, 8, device=device, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(b, sk, 2, 8, device=device, dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
+    out, lse = flashc.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (b, 2, sq)
+    assert (out == 0).all() and torch.isposinf(lse).all()
+    out.sum().backward()
+    for t in (q, k, v):
+        assert t.grad is not None and t.grad.shape == t.shape and (t.grad == 0).all()

@@ -144,3 +144,17 @@ def test_varlen_back_to_back_reuses_memory(device):
     for lengths in ([65, 1, 130, 7], [128, 0, 3], [1, 1, 255]):
         run_varlen(VarlenCase(lengths_q=lengths, lengths_k=lengths[::-1], d=64, h=2,
                               causal=True, device=device))
+
+
+def test_all_query_sequences_empty(device):
+    # total_q = 0: an empty output, zero dK/dV, also when dout is an
+    # expanded (stride 0) view as out.sum() gives.
+    skip_unless_device(device, torch.bfloat16)
+    q = torch.randn(0, 2, 8, dtype=torch.bfloat16, device=device, requires_grad=True)
+    k = torch.randn(6, 2, 8, dtype=torch.bfloat16, device=device, requires_grad=True)
+    cu_q = torch.tensor([0, 0, 0], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0, 3, 6], dtype=torch.int32, device=device)
+    out = flashc.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 0, 3)
+    assert out.shape == (0, 2, 8)
+    out.sum().backward()
+    assert k.grad.shape == k.shape and (k.grad == 0).all()
