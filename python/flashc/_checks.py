@@ -162,3 +162,12 @@ def packed(t, name, expected_rank, axis, count, layout):
             _cabi.ERROR_SHAPE,
             f"{name}: expected {layout}, got shape {tuple(t.shape)} (dim {axis} must be {count})",
         )
+
+
+def window_size(window):
+    """flash_attn's window_size: a pair (left, right)."""
+    if not (isinstance(window, (tuple, list)) and len(window) == 2):
+        raise FlashcValueError(
+            _cabi.ERROR_WINDOW,
+            f"window_size: expected a pair (left, right), -1 meaning unbounded, got {window!r}",
+        )

@@ -21,7 +21,14 @@ _DEVICE_CODES = {"cpu": _cabi.DEVICE_CPU, "cuda": _cabi.DEVICE_CUDA}
 def maybe_contiguous(x):
     """x itself unless its last dim is strided (the one layout the library
     cannot describe), as flash_attn does."""
-    return x.contiguous() if x is not None and x.stride(-1) != 1 else x
+    if x is None or x.stride(-1) == 1:
+        return x
+    x = x.contiguous()
+    if x.stride(-1) != 1 and x.numel() == 0:
+        # contiguous() keeps the strides of a tensor without elements (an
+        # expanded empty gradient, say); a fresh one has standard strides.
+        x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return x
 
 
 def descriptor(t, name):

@@ -145,6 +145,7 @@ class FlashAttnQKVPackedFunc(torch.autograd.Function):
     def forward(ctx, qkv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                 deterministic, return_softmax, return_lse, is_grad_enabled):
         _checks.packed(qkv, "qkv", 5, 2, 3, "(batch, seqlen, 3, nheads, headdim)")
+        _checks.window_size(window_size)
         is_grad = is_grad_enabled and qkv.requires_grad
         head_dim = qkv.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
@@ -184,6 +185,7 @@ class FlashAttnKVPackedFunc(torch.autograd.Function):
     def forward(ctx, q, kv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                 deterministic, return_softmax, return_lse, is_grad_enabled):
         _checks.packed(kv, "kv", 5, 2, 2, "(batch, seqlen_k, 2, nheads_k, headdim)")
+        _checks.window_size(window_size)
         is_grad = is_grad_enabled and any(x.requires_grad for x in (q, kv))
         head_dim = q.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
@@ -225,6 +227,7 @@ class FlashAttnFunc(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                 alibi_slopes, deterministic, return_softmax, return_lse, is_grad_enabled):
+        _checks.window_size(window_size)
         is_grad = is_grad_enabled and any(x.requires_grad for x in (q, k, v))
         head_dim, head_dim_v = q.shape[-1], v.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
@@ -270,6 +273,7 @@ class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
                 softcap, alibi_slopes, deterministic, return_softmax, return_lse,
                 is_grad_enabled):
         _checks.packed(qkv, "qkv", 4, 1, 3, "(total, 3, nheads, headdim)")
+        _checks.window_size(window_size)
         is_grad = is_grad_enabled and qkv.requires_grad
         head_dim = qkv.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
@@ -312,6 +316,7 @@ class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
                 softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                 return_softmax, return_lse, is_grad_enabled):
         _checks.packed(kv, "kv", 4, 1, 2, "(total_k, 2, nheads_k, headdim)")
+        _checks.window_size(window_size)
         is_grad = is_grad_enabled and any(x.requires_grad for x in (q, kv))
         head_dim = q.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
@@ -355,6 +360,7 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                 softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                 return_softmax, block_table, return_lse, is_grad_enabled):
+        _checks.window_size(window_size)
         is_grad = is_grad_enabled and any(x.requires_grad for x in (q, k, v))
         head_dim, head_dim_v = q.shape[-1], v.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
