@@ -132,7 +132,10 @@ static flashc_status launch_on_device(int device, cudaError_t (*body)(const flas
 static cudaError_t forward_body(const flashc_problem *p) {
     const flashc_fwd_params k = make_fwd_params(p);
     const int is_bf16 = p->dtype == FLASHC_DTYPE_BFLOAT16;
-    const int general = p->softcap > 0.0 || p->alibi_slopes != NULL || k.dropout_threshold != 0u;
+    /* The plain kernel takes row maxima of raw dot products and folds the
+     * scale into the exponent, which is right only for a positive scale. */
+    const int general =
+        p->softcap > 0.0 || p->alibi_slopes != NULL || k.dropout_threshold != 0u || p->scale < 0.0;
     cudaError_t err = run_forward_kernel(&k, p->stream, is_bf16, general);
     if (err == cudaSuccess && p->is_varlen) err = flashc_fwd_fill_outside_rows(&k, is_bf16, p->stream);
     if (err == cudaSuccess && p->s_dmask.data) err = flashc_fwd_write_dmask(&k, &p->s_dmask, is_bf16, p->stream);
