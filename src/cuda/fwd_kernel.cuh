@@ -29,6 +29,7 @@
 
 #include "../core/semantics.h"
 #include "fwd_config.h"
+#include "fwd_dropout.cuh"
 #include "fwd_mask.cuh"
 #include "fwd_params.h"
 #include "fwd_seq.cuh"
