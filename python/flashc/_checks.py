@@ -41,27 +41,26 @@ def attention_dtype(t, name, like=None, like_name="q"):
 def same_device(named):
     """All tensors of `named` ((name, tensor-or-None) pairs) on one device
     the library can use."""
-    first_name, first = None, None
+    first_name, first, device = None, None, None
     for name, t in named:
         if t is None:
             continue
         if first is None:
-            first_name, first = name, t
-            continue
-        if t.device != first.device:
+            first_name, first, device = name, t, t.device
+        elif t.device != device:
             raise FlashcValueError(
                 _cabi.ERROR_DEVICE,
-                f"{name}: is on {t.device} but {first_name} is on {first.device}; all tensors "
+                f"{name}: is on {t.device} but {first_name} is on {device}; all tensors "
                 "must be on one device",
             )
-    if first is None:
+    if first is None or first.is_cpu:
         return
-    if first.device.type not in ("cpu", "cuda"):
+    if not first.is_cuda:
         raise FlashcValueError(
             _cabi.ERROR_DEVICE,
-            f"{first_name}: device {first.device} is not supported (cpu or cuda)",
+            f"{first_name}: device {device} is not supported (cpu or cuda)",
         )
-    if first.device.type == "cuda" and not _library.cuda_available():
+    if not _library.cuda_available():
         raise FlashcUnsupportedError(
             _cabi.ERROR_UNSUPPORTED,
             f"{first_name}: is a CUDA tensor, but the flashc library ({_library.path}) has "

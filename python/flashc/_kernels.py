@@ -1,13 +1,122 @@
 """Calls of flashc_attention_forward / flashc_attention_backward through
 ctypes: descriptors, options, the CUDA stream or CPU thread count, the
-backward workspace, and the status check."""
+backward workspace, and the status check.
+
+Each call writes its argument struct and the tensor descriptors it points
+to into one fresh ctypes buffer, with one struct.pack_into per struct
+(formats from _layout): a few microseconds of Python per call, which
+matters for short kernels. A fresh buffer per call keeps calls from
+several threads (the C call releases the GIL) apart.
+"""
 import contextlib
 import ctypes
+import struct
 
 import torch
 
-from . import _cabi, _library, _tensors
-from .errors import error_for_status
+from . import _cabi, _layout, _library, _tensors
+from .errors import FlashcValueError, error_for_status
+
+_VARLEN_FIELDS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "max_seqlen_q", "max_seqlen_k")
+_OPTION_FIELDS = ("softmax_scale", "causal", "window_left", "window_right", "softcap",
+                  "alibi_slopes", "dropout_p", "dropout_seed", "dropout_offset",
+                  "deterministic", "num_threads", "stream")
+_TAIL = (*(f"varlen.{f}" for f in _VARLEN_FIELDS), *(f"options.{f}" for f in _OPTION_FIELDS))
+
+_FORWARD, _FORWARD_FIELDS, _FORWARD_CODES = _layout.packer(_cabi.ForwardArgs)
+assert _FORWARD_FIELDS == ("q", "k", "v", "out", "lse", "s_dmask", *_TAIL), _FORWARD_FIELDS
+_BACKWARD, _BACKWARD_FIELDS, _BACKWARD_CODES = _layout.packer(_cabi.BackwardArgs)
+assert _BACKWARD_FIELDS == ("dout", "q", "k", "v", "out", "lse", "dlse", "dq", "dk", "dv",
+                            "workspace", "workspace_bytes", *_TAIL), _BACKWARD_FIELDS
+
+# workspace and workspace_bytes (adjacent), written once the size is known.
+_WORKSPACE_AT = _cabi.BackwardArgs.workspace.offset
+_WORKSPACE = struct.Struct(
+    "=" + _layout.scalar_code(ctypes.c_void_p) + _layout.scalar_code(ctypes.c_size_t)
+)
+assert _cabi.BackwardArgs.workspace_bytes.offset == _WORKSPACE_AT + ctypes.sizeof(ctypes.c_void_p)
+
+# Tensors each call may describe: the forward's ten, the backward's thirteen.
+_FORWARD_TENSORS = ("q", "k", "v", "out", "lse", "s_dmask", "alibi_slopes", "cu_seqlens_q",
+                    "cu_seqlens_k", "seqused_k")
+_BACKWARD_TENSORS = ("dout", "q", "k", "v", "out", "lse", "dlse", "dq", "dk", "dv",
+                     "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k")
+
+
+def _buffer_type(args_size, tensor_count):
+    """A ctypes buffer (zeroed when made) for an argument struct followed by
+    descriptors; and the byte offset of the first descriptor."""
+    alignment = _tensors.DESCRIPTOR_ALIGNMENT
+    at = (args_size + alignment - 1) // alignment * alignment
+    words = (at + tensor_count * _tensors.DESCRIPTOR_SIZE + 7) // 8
+    return ctypes.c_uint64 * words, at
+
+
+_ForwardBuffer, _FORWARD_DESCRIPTORS_AT = _buffer_type(_FORWARD.size, len(_FORWARD_TENSORS))
+_BackwardBuffer, _BACKWARD_DESCRIPTORS_AT = _buffer_type(_BACKWARD.size,
+                                                         len(_BACKWARD_TENSORS))
+
+# The library's defaults for the fields a call leaves alone: the thread
+# count on CUDA, the stream on the CPU.
+_DEFAULTS = _library.lib.flashc_attention_options_default()
+_DEFAULT_NUM_THREADS = _DEFAULTS.num_threads
+_DEFAULT_STREAM = _DEFAULTS.stream or 0
+
+# torch.cuda.current_stream(index).cuda_stream without building a Stream.
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream
+)
+_NO_DEVICE_SCOPE = contextlib.nullcontext()
+
+
+def _describe(buffer, at, tensors, names):
+    """Writes descriptors of `tensors` one after another from byte `at` of
+    `buffer`; returns their addresses, 0 (NULL) for None."""
+    base = ctypes.addressof(buffer)
+    addresses = []
+    for t, name in zip(tensors, names):
+        if t is None:
+            addresses.append(0)
+            continue
+        _tensors.write_descriptor(buffer, at, t, name)
+        addresses.append(base + at)
+        at += _tensors.DESCRIPTOR_SIZE
+    return addresses
+
+
+def _options(q, softmax_scale, causal, window_left, window_right, softcap, alibi, dropout_p,
+             seed, offset, deterministic):
+    """The flashc_attention_options fields, in order (alibi: an address)."""
+    if q.is_cuda:
+        num_threads, stream = _DEFAULT_NUM_THREADS, _current_raw_stream(q.get_device())
+    else:
+        # The CPU kernels follow torch.set_num_threads.
+        num_threads, stream = torch.get_num_threads(), _DEFAULT_STREAM
+    return (softmax_scale, int(causal), window_left, window_right, softcap, alibi, dropout_p,
+            seed, offset, int(deterministic), num_threads, stream)
+
+
+def _pack(packer, names, codes, buffer, values):
+    try:
+        packer.pack_into(buffer, 0, *values)
+    except struct.error:
+        # A value its C field cannot hold (a window of 2**70, say).
+        name, value, code = _layout.misfit(names, codes, values)
+        raise FlashcValueError(
+            _cabi.ERROR_ARGUMENT,
+            f"{name.split('.')[-1]}: {value!r} does not fit the C field {name} ({code!r})",
+        ) from None
+
+
+def _device_scope(q):
+    """The CUDA device of q made current for the call (the library launches
+    on the current device), with torch.cuda.device when it is not already."""
+    if not q.is_cuda:
+        return _NO_DEVICE_SCOPE
+    index = q.get_device()
+    if torch._C._cuda_getDevice() == index:
+        return _NO_DEVICE_SCOPE
+    return torch.cuda.device(index)
 
 
 def _check(status):
@@ -15,56 +124,28 @@ def _check(status):
         raise error_for_status(status, _library.last_error_message())
 
 
-def _options(device, softmax_scale, causal, window_left, window_right, softcap, alibi,
-             dropout_p, seed, offset, deterministic):
-    o = _library.lib.flashc_attention_options_default()
-    o.softmax_scale = softmax_scale
-    o.causal = int(causal)
-    o.window_left = window_left
-    o.window_right = window_right
-    o.softcap = softcap
-    o.alibi_slopes = alibi
-    o.dropout_p = dropout_p
-    o.dropout_seed = seed
-    o.dropout_offset = offset
-    o.deterministic = int(deterministic)
-    if device.type == "cuda":
-        o.stream = torch.cuda.current_stream(device).cuda_stream
-    else:
-        # The CPU kernels follow torch.set_num_threads.
-        o.num_threads = torch.get_num_threads()
-    return o
-
-
-def _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k):
-    vl = _cabi.Varlen()
-    if cu_seqlens_q is not None:
-        vl.cu_seqlens_q = _tensors.pointer(cu_seqlens_q, "cu_seqlens_q")
-        vl.cu_seqlens_k = _tensors.pointer(cu_seqlens_k, "cu_seqlens_k")
-        vl.seqused_k = _tensors.pointer(seqused_k, "seqused_k")
-        vl.max_seqlen_q = max_seqlen_q
-        vl.max_seqlen_k = max_seqlen_k
-    return vl
-
-
-def _on_device(device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
 def forward(q, k, v, out, lse, s_dmask, *, softmax_scale, causal, window_left, window_right,
             softcap, alibi_slopes, dropout_p, seed, offset, cu_seqlens_q=None,
             cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0):
     """Runs the forward into the given out / lse / s_dmask (s_dmask may be
     None)."""
-    P = _tensors.pointer
-    args = _cabi.ForwardArgs()
-    args.q, args.k, args.v = P(q, "q"), P(k, "k"), P(v, "v")
-    args.out, args.lse, args.s_dmask = P(out, "out"), P(lse, "lse"), P(s_dmask, "s_dmask")
-    args.varlen = _varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k)
-    args.options = _options(q.device, softmax_scale, causal, window_left, window_right, softcap,
-                            P(alibi_slopes, "alibi_slopes"), dropout_p, seed, offset, False)
-    with _on_device(q.device):
-        _check(_library.lib.flashc_attention_forward(ctypes.byref(args)))
+    buffer = _ForwardBuffer()
+    varlen = cu_seqlens_q is not None
+    addresses = _describe(
+        buffer, _FORWARD_DESCRIPTORS_AT,
+        (q, k, v, out, lse, s_dmask, alibi_slopes, cu_seqlens_q,
+         cu_seqlens_k if varlen else None, seqused_k if varlen else None),
+        _FORWARD_TENSORS,
+    )
+    values = (
+        *addresses[:6], *addresses[7:10],
+        max_seqlen_q if varlen else 0, max_seqlen_k if varlen else 0,
+        *_options(q, softmax_scale, causal, window_left, window_right, softcap, addresses[6],
+                  dropout_p, seed, offset, False),
+    )
+    _pack(_FORWARD, _FORWARD_FIELDS, _FORWARD_CODES, buffer, values)
+    with _device_scope(q):
+        _check(_library.attention_forward(ctypes.addressof(buffer)))
 
 
 def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, *, softmax_scale, causal, window_left,
@@ -72,25 +153,30 @@ def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, *, softmax_scale, causal
              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
     """Runs the backward into the given dq / dk / dv, with a workspace
     allocated by PyTorch on the tensors' device."""
-    P = _tensors.pointer
-    args = _cabi.BackwardArgs()
-    args.dout, args.q, args.k, args.v = P(dout, "dout"), P(q, "q"), P(k, "k"), P(v, "v")
-    args.out, args.lse, args.dlse = P(out, "out"), P(lse, "lse"), P(dlse, "dlse")
-    args.dq, args.dk, args.dv = P(dq, "dq"), P(dk, "dk"), P(dv, "dv")
-    args.varlen = _varlen(cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k)
-    args.options = _options(q.device, softmax_scale, causal, window_left, window_right, softcap,
-                            P(alibi_slopes, "alibi_slopes"), dropout_p, seed, offset,
-                            deterministic)
-    with _on_device(q.device):
+    buffer = _BackwardBuffer()
+    varlen = cu_seqlens_q is not None
+    addresses = _describe(
+        buffer, _BACKWARD_DESCRIPTORS_AT,
+        (dout, q, k, v, out, lse, dlse, dq, dk, dv, alibi_slopes, cu_seqlens_q,
+         cu_seqlens_k if varlen else None),
+        _BACKWARD_TENSORS,
+    )
+    values = (
+        *addresses[:10], 0, 0, *addresses[11:13], 0,
+        max_seqlen_q if varlen else 0, max_seqlen_k if varlen else 0,
+        *_options(q, softmax_scale, causal, window_left, window_right, softcap, addresses[10],
+                  dropout_p, seed, offset, deterministic),
+    )
+    _pack(_BACKWARD, _BACKWARD_FIELDS, _BACKWARD_CODES, buffer, values)
+    args = ctypes.addressof(buffer)
+    with _device_scope(q):
         nbytes = ctypes.c_size_t(0)
-        _check(_library.lib.flashc_attention_backward_workspace_size(ctypes.byref(args),
-                                                                     ctypes.byref(nbytes)))
+        _check(_library.attention_backward_workspace_size(args, ctypes.addressof(nbytes)))
         workspace = None
         if nbytes.value:
             workspace = torch.empty(nbytes.value, dtype=torch.uint8, device=q.device)
-            args.workspace = workspace.data_ptr()
-            args.workspace_bytes = nbytes.value
-        _check(_library.lib.flashc_attention_backward(ctypes.byref(args)))
+            _WORKSPACE.pack_into(buffer, _WORKSPACE_AT, workspace.data_ptr(), nbytes.value)
+        _check(_library.attention_backward(args))
         # Released right after the launch: the caching allocator gives the
         # memory only to later work on the same stream, which runs after the
         # kernels that read it.

@@ -85,6 +85,24 @@ def _load():
 
 lib, path = _load()
 
+
+def _taking_addresses(name, nargs):
+    """A second handle on a C function whose arguments are all pointers,
+    declared to take them as plain integer addresses: the package's hot
+    path writes its argument structs into raw buffers (see _kernels), and
+    ctypes converts an int for c_void_p with the least work."""
+    function = lib[name]  # lib[name] is a fresh handle; lib.name stays as declared
+    function.argtypes = [ctypes.c_void_p] * nargs
+    function.restype = _cabi.c_enum
+    return function
+
+
+attention_forward = _taking_addresses("flashc_attention_forward", 1)
+attention_backward_workspace_size = _taking_addresses(
+    "flashc_attention_backward_workspace_size", 2
+)
+attention_backward = _taking_addresses("flashc_attention_backward", 1)
+
 #: The C library's version, "MAJOR.MINOR.PATCH".
 version = lib.flashc_version().decode()
 

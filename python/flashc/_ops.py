@@ -8,6 +8,13 @@ are flash_attn's; the backward operators take one more, optional argument,
 The operators take head dims the backend accepts (the autograd layer pads);
 inputs whose last dim is strided are made contiguous; everything else is
 described to the C library as the view it is.
+
+Each operator's body is a plain function here (batched_forward,
+varlen_forward, batched_backward, varlen_backward). The autograd layer
+calls those directly when nothing could tell the difference (see
+can_call_directly): the dispatcher's path through a Python custom operator
+costs tens of microseconds per call, as much as a short GPU kernel. Called
+directly they can also skip outputs the caller drops.
 """
 from typing import Optional, Tuple
 
@@ -33,13 +40,62 @@ def _check_forward_scalars(dropout_p, softmax_scale):
     _checks.softmax_scale(softmax_scale)
 
 
-def _dropout_words(device, dropout_p):
+def _dropout_words(device, dropout_p, want_rng_state):
     if dropout_p > 0.0:
         return _rng.draw(device)
-    return 0, 0, _rng.unused(device)
+    return 0, 0, _rng.unused(device) if want_rng_state else None
+
+
+# Tensor types the operators see as they are: no __torch_dispatch__, no
+# __torch_function__ (Parameter disables it).
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def can_call_directly(*tensors):
+    """Whether calling an operator's body directly does what calling the
+    operator would: not while torch.compile / torch.export trace (the
+    operators are what they must see), nor under a dispatch or
+    torch_function mode (FakeTensorMode, make_fx, FlopCounterMode...), the
+    autograd profiler (its trace names the operators), torch.jit tracing,
+    or for tensor subclasses and devices other than cpu and cuda (meta
+    tensors go to the fake implementations). None entries are skipped."""
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack()
+        or torch._C._is_torch_function_mode_enabled()
+        or torch._C._autograd._profiler_enabled()
+        or torch._C._get_tracing_state() is not None
+    ):
+        return False
+    for t in tensors:
+        if t is not None and not (type(t) in _PLAIN_TENSOR_TYPES and (t.is_cpu or t.is_cuda)):
+            return False
+    return True
 
 
 # ---- forward -----------------------------------------------------------------
+
+
+def batched_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
+                    window_size_right, softcap, alibi_slopes, return_softmax,
+                    want_s_dmask=True, want_rng_state=True):
+    """flashc::_flash_attn_forward's body. want_s_dmask=False: S_dmask comes
+    back as None unless requested; want_rng_state=False: rng_state comes
+    back as None without dropout."""
+    _check_attention_inputs(q, k, v, 4, "(batch, seqlen, nheads, headdim)")
+    _checks.same_device([("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes)])
+    _check_forward_scalars(dropout_p, softmax_scale)
+    q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
+    out, lse, s_dmask = _batched_forward_outputs(q, k, v, return_softmax, dropout_p,
+                                                 want_s_dmask)
+    seed, offset, rng_state = _dropout_words(q.device, dropout_p, want_rng_state)
+    _kernels.forward(
+        q, k, v, out, lse, s_dmask if s_dmask is not None and s_dmask.numel() else None,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
+        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, seed=seed, offset=offset,
+    )
+    return out, lse, s_dmask, rng_state
 
 
 @torch.library.custom_op("flashc::_flash_attn_forward", mutates_args=(), device_types=_DEVICES)
@@ -56,32 +112,57 @@ def _flash_attn_forward(
     alibi_slopes: Optional[torch.Tensor],
     return_softmax: bool,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_attention_inputs(q, k, v, 4, "(batch, seqlen, nheads, headdim)")
-    _checks.same_device([("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes)])
-    _check_forward_scalars(dropout_p, softmax_scale)
-    q, k, v = [maybe_contiguous(x) for x in (q, k, v)]
-    out, lse, s_dmask, _ = _batched_forward_outputs(q, k, v, return_softmax, dropout_p)
-    seed, offset, rng_state = _dropout_words(q.device, dropout_p)
-    _kernels.forward(
-        q, k, v, out, lse, s_dmask if s_dmask.numel() else None,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
-        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset,
-    )
-    return out, lse, s_dmask, rng_state
+    return batched_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
+                           window_size_right, softcap, alibi_slopes, return_softmax)
 
 
-def _batched_forward_outputs(q, k, v, return_softmax, dropout_p):
+def _batched_forward_outputs(q, k, v, return_softmax, dropout_p, want_s_dmask=True):
     b, sq, h, _ = q.shape
     sk = k.shape[1]
     s_dmask = _shapes.s_dmask_shape(b, h, sq, sk) if return_softmax and dropout_p > 0 else None
-    return _shapes.forward_outputs(q, v, (b, h, sq), s_dmask)
+    return _shapes.forward_outputs(q, v, (b, h, sq), s_dmask, want_s_dmask)
 
 
 @_flash_attn_forward.register_fake
 def _(q, k, v, dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
       alibi_slopes, return_softmax):
-    return _batched_forward_outputs(q, k, v, return_softmax, dropout_p)
+    out, lse, s_dmask = _batched_forward_outputs(q, k, v, return_softmax, dropout_p)
+    return out, lse, s_dmask, _shapes.rng_state(q.device)
+
+
+def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                   softmax_scale, causal, window_size_left=-1, window_size_right=-1,
+                   softcap=0.0, alibi_slopes=None, return_softmax=False, block_table=None,
+                   leftpad_k=None, seqused_k=None, zero_tensors=False, want_s_dmask=True,
+                   want_rng_state=True):
+    """flashc::_flash_attn_varlen_forward's body; want_s_dmask and
+    want_rng_state as batched_forward."""
+    _checks.not_supported(block_table, "block_table", "paged KV is not supported by flashc yet")
+    _checks.not_supported(leftpad_k, "leftpad_k", "left padding of keys is not supported by flashc")
+    _check_attention_inputs(q, k, v, 3, "(total, nheads, headdim)")
+    _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)
+    if seqused_k is not None:
+        _checks.int32_vector(seqused_k, "seqused_k", cu_seqlens_q.shape[0] - 1)
+    _checks.same_device([("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+                         ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
+                         ("alibi_slopes", alibi_slopes)])
+    _check_forward_scalars(dropout_p, softmax_scale)
+    q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
+    out, lse, s_dmask = _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
+                                                return_softmax, dropout_p, want_s_dmask)
+    seed, offset, rng_state = _dropout_words(q.device, dropout_p, want_rng_state)
+    _kernels.forward(
+        q, k, v, out, lse, s_dmask if s_dmask is not None and s_dmask.numel() else None,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
+        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, seed=seed, offset=offset,
+        cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
+        seqused_k=None if seqused_k is None else seqused_k.contiguous(),
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+    )
+    if zero_tensors:
+        _lse_outside_sequences(lse, cu_seqlens_q, float("-inf"))
+    return out, lse, s_dmask, rng_state
 
 
 @torch.library.custom_op(
@@ -108,36 +189,14 @@ def _flash_attn_varlen_forward(
     seqused_k: Optional[torch.Tensor] = None,
     zero_tensors: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    _checks.not_supported(block_table, "block_table", "paged KV is not supported by flashc yet")
-    _checks.not_supported(leftpad_k, "leftpad_k", "left padding of keys is not supported by flashc")
-    _check_attention_inputs(q, k, v, 3, "(total, nheads, headdim)")
-    _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)
-    if seqused_k is not None:
-        _checks.int32_vector(seqused_k, "seqused_k", cu_seqlens_q.shape[0] - 1)
-    _checks.same_device([("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-                         ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
-                         ("alibi_slopes", alibi_slopes)])
-    _check_forward_scalars(dropout_p, softmax_scale)
-    q, k, v = [maybe_contiguous(x) for x in (q, k, v)]
-    out, lse, s_dmask, _ = _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q,
-                                                   max_seqlen_k, return_softmax, dropout_p)
-    seed, offset, rng_state = _dropout_words(q.device, dropout_p)
-    _kernels.forward(
-        q, k, v, out, lse, s_dmask if s_dmask.numel() else None,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
-        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset,
-        cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
-        seqused_k=None if seqused_k is None else seqused_k.contiguous(),
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-    )
-    if zero_tensors:
-        _lse_outside_sequences(lse, cu_seqlens_q, float("-inf"))
-    return out, lse, s_dmask, rng_state
+    return varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                          dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                          softcap, alibi_slopes, return_softmax, block_table, leftpad_k,
+                          seqused_k, zero_tensors)
 
 
 def _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, return_softmax,
-                            dropout_p):
+                            dropout_p, want_s_dmask=True):
     total_q, h, _ = q.shape
     batch = cu_seqlens_q.shape[0] - 1
     s_dmask = (
@@ -145,7 +204,7 @@ def _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, retu
         if return_softmax and dropout_p > 0
         else None
     )
-    return _shapes.forward_outputs(q, v, (h, total_q), s_dmask)
+    return _shapes.forward_outputs(q, v, (h, total_q), s_dmask, want_s_dmask)
 
 
 def _lse_outside_sequences(lse, cu_seqlens_q, value):
@@ -161,8 +220,9 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p
       causal, window_size_left=-1, window_size_right=-1, softcap=0.0, alibi_slopes=None,
       return_softmax=False, block_table=None, leftpad_k=None, seqused_k=None,
       zero_tensors=False):
-    return _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
-                                   return_softmax, dropout_p)
+    out, lse, s_dmask = _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
+                                                return_softmax, dropout_p)
+    return out, lse, s_dmask, _shapes.rng_state(q.device)
 
 
 # ---- backward ----------------------------------------------------------------
@@ -185,6 +245,35 @@ def _gradient_buffers(q, k, v, dq, dk, dv):
         torch.empty_like(k) if dk is None else dk,
         torch.empty_like(v) if dv is None else dv,
     )
+
+
+def batched_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale,
+                     causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                     deterministic, rng_state=None, dlse=None, want_softmax_d=True):
+    """flashc::_flash_attn_backward's body. want_softmax_d=False skips
+    softmax_d (a few more kernels on the GPU) and returns None."""
+    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 4,
+                           "(batch, seqlen, nheads, headdim)")
+    _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
+                         ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),
+                         ("dv", dv), ("alibi_slopes", alibi_slopes), ("rng_state", rng_state)])
+    _check_forward_scalars(dropout_p, softmax_scale)
+    _checks.rng_state(rng_state, dropout_p)
+    dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
+                          maybe_contiguous(v), maybe_contiguous(out))
+    dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
+    seed, offset = _rng.replay(rng_state) if dropout_p > 0 else (0, 0)
+    _kernels.backward(
+        dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
+        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic,
+    )
+    if not want_softmax_d:
+        return None
+    softmax_d = _shapes.softmax_d_batched(q)
+    _softmax_d.fill_batched(softmax_d, dout, out, dlse)
+    return softmax_d
 
 
 @torch.library.custom_op(
@@ -211,25 +300,9 @@ def _flash_attn_backward(
     rng_state: Optional[torch.Tensor] = None,
     dlse: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 4,
-                           "(batch, seqlen, nheads, headdim)")
-    _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
-                         ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),
-                         ("dv", dv), ("alibi_slopes", alibi_slopes), ("rng_state", rng_state)])
-    _check_forward_scalars(dropout_p, softmax_scale)
-    _checks.rng_state(rng_state, dropout_p)
-    dout, q, k, v, out = [maybe_contiguous(x) for x in (dout, q, k, v, out)]
-    dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
-    seed, offset = _rng.replay(rng_state) if dropout_p > 0 else (0, 0)
-    softmax_d = _shapes.softmax_d_batched(q)
-    _kernels.backward(
-        dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
-        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic,
-    )
-    _softmax_d.fill_batched(softmax_d, dout, out, dlse)
-    return softmax_d
+    return batched_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p,
+                            softmax_scale, causal, window_size_left, window_size_right, softcap,
+                            alibi_slopes, deterministic, rng_state, dlse)
 
 
 @_flash_attn_backward.register_fake
@@ -237,6 +310,43 @@ def _(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, cau
       window_size_left, window_size_right, softcap, alibi_slopes, deterministic, rng_state=None,
       dlse=None):
     return _shapes.softmax_d_batched(q)
+
+
+def varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+                    max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                    window_size_left, window_size_right, softcap, alibi_slopes, deterministic,
+                    rng_state=None, zero_tensors=False, dlse=None, want_softmax_d=True):
+    """flashc::_flash_attn_varlen_backward's body; want_softmax_d as
+    batched_backward."""
+    # zero_tensors needs no work here: flashc writes dq, dk and dv in full,
+    # rows outside every sequence included (as zeros).
+    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 3,
+                           "(total, nheads, headdim)")
+    _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)
+    _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
+                         ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),
+                         ("dv", dv), ("cu_seqlens_q", cu_seqlens_q),
+                         ("cu_seqlens_k", cu_seqlens_k), ("alibi_slopes", alibi_slopes),
+                         ("rng_state", rng_state)])
+    _check_forward_scalars(dropout_p, softmax_scale)
+    _checks.rng_state(rng_state, dropout_p)
+    dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
+                          maybe_contiguous(v), maybe_contiguous(out))
+    dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
+    seed, offset = _rng.replay(rng_state) if dropout_p > 0 else (0, 0)
+    _kernels.backward(
+        dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
+        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic,
+        cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+    )
+    if not want_softmax_d:
+        return None
+    softmax_d = _shapes.softmax_d_varlen(q, cu_seqlens_q)
+    _softmax_d.fill_varlen(softmax_d, dout, out, dlse, cu_seqlens_q)
+    return softmax_d
 
 
 @torch.library.custom_op(
@@ -268,32 +378,10 @@ def _flash_attn_varlen_backward(
     zero_tensors: bool = False,
     dlse: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    # zero_tensors needs no work here: flashc writes dq, dk and dv in full,
-    # rows outside every sequence included (as zeros).
-    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 3,
-                           "(total, nheads, headdim)")
-    _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)
-    _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
-                         ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),
-                         ("dv", dv), ("cu_seqlens_q", cu_seqlens_q),
-                         ("cu_seqlens_k", cu_seqlens_k), ("alibi_slopes", alibi_slopes),
-                         ("rng_state", rng_state)])
-    _check_forward_scalars(dropout_p, softmax_scale)
-    _checks.rng_state(rng_state, dropout_p)
-    dout, q, k, v, out = [maybe_contiguous(x) for x in (dout, q, k, v, out)]
-    dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
-    seed, offset = _rng.replay(rng_state) if dropout_p > 0 else (0, 0)
-    softmax_d = _shapes.softmax_d_varlen(q, cu_seqlens_q)
-    _kernels.backward(
-        dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
-        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic,
-        cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-    )
-    _softmax_d.fill_varlen(softmax_d, dout, out, dlse, cu_seqlens_q)
-    return softmax_d
+    return varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
+                           cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                           causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                           deterministic, rng_state, zero_tensors, dlse)
 
 
 @_flash_attn_varlen_backward.register_fake

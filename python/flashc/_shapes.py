@@ -34,16 +34,23 @@ def s_dmask_shape(batch, nheads, seqlen_q, seqlen_k):
     return (batch, nheads, round_multiple(seqlen_q, r), round_multiple(seqlen_k, r))
 
 
-def forward_outputs(q, v, lse_shape, s_dmask_shape_or_none):
-    """Empty out, lse, S_dmask and rng_state for a forward."""
+def forward_outputs(q, v, lse_shape, s_dmask_shape_or_none, want_s_dmask=True):
+    """Empty out, lse and S_dmask for a forward. S_dmask not requested is an
+    empty tensor, or None when want_s_dmask is False."""
     out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty(lse_shape, dtype=stats_dtype(q.dtype), device=q.device)
-    if s_dmask_shape_or_none is None:
+    if s_dmask_shape_or_none is not None:
+        s_dmask = torch.empty(s_dmask_shape_or_none, dtype=q.dtype, device=q.device)
+    elif want_s_dmask:
         s_dmask = torch.empty((0,), dtype=q.dtype, device=q.device)
     else:
-        s_dmask = torch.empty(s_dmask_shape_or_none, dtype=q.dtype, device=q.device)
-    rng_state = torch.empty((2,), dtype=torch.int64, device=q.device)
-    return out, lse, s_dmask, rng_state
+        s_dmask = None
+    return out, lse, s_dmask
+
+
+def rng_state(device):
+    """An empty rng_state: (seed, offset) as int64."""
+    return torch.empty((2,), dtype=torch.int64, device=device)
 
 
 def softmax_d_batched(q):

@@ -4,7 +4,7 @@ import ctypes
 
 import torch
 
-from . import _cabi
+from . import _cabi, _layout
 from .errors import FlashcTypeError, FlashcValueError
 
 _DTYPE_CODES = {
@@ -14,8 +14,6 @@ _DTYPE_CODES = {
     torch.float64: _cabi.DTYPE_FLOAT64,
     torch.int32: _cabi.DTYPE_INT32,
 }
-
-_DEVICE_CODES = {"cpu": _cabi.DEVICE_CPU, "cuda": _cabi.DEVICE_CUDA}
 
 
 def maybe_contiguous(x):
@@ -31,35 +29,46 @@ def maybe_contiguous(x):
     return x
 
 
-def descriptor(t, name):
-    """A flashc_tensor describing `t` (which must stay alive while the
-    descriptor is used)."""
+def _descriptor_packer(rank):
+    """Writes a flashc_tensor of `rank` dims: shape[rank:] and
+    stride[rank:] stay zero."""
+    def used(name):
+        return not (name.startswith(("shape[", "stride[")) and int(name[-2]) >= rank)
+    packer, names, _ = _layout.packer(_cabi.Tensor, used)
+    assert names == ("data", "dtype", "device.type", "device.index", "rank",
+                     *(f"shape[{i}]" for i in range(rank)),
+                     *(f"stride[{i}]" for i in range(rank))), names
+    return packer.pack_into
+
+
+# Indexed by rank (entry 0 unused).
+_PACK_OF_RANK = (None, *(_descriptor_packer(r) for r in range(1, _cabi.MAX_RANK + 1)))
+
+#: Bytes of one descriptor, and the alignment descriptors need in a buffer.
+DESCRIPTOR_SIZE = ctypes.sizeof(_cabi.Tensor)
+DESCRIPTOR_ALIGNMENT = ctypes.alignment(_cabi.Tensor)
+
+
+def write_descriptor(buffer, offset, t, name):
+    """Writes a flashc_tensor describing `t` (which must stay alive while
+    the descriptor is used) at `offset` bytes into the ctypes `buffer`."""
     code = _DTYPE_CODES.get(t.dtype)
     if code is None:
         raise FlashcTypeError(_cabi.ERROR_DTYPE, f"{name}: dtype {t.dtype} is not supported")
-    device = _DEVICE_CODES.get(t.device.type)
-    if device is None:
+    if t.is_cuda:
+        device, index = _cabi.DEVICE_CUDA, t.get_device()
+    elif t.is_cpu:
+        device, index = _cabi.DEVICE_CPU, 0
+    else:
         raise FlashcValueError(
             _cabi.ERROR_DEVICE, f"{name}: device {t.device} is not supported (cpu or cuda)"
         )
-    if not 1 <= t.dim() <= _cabi.MAX_RANK:
+    shape = t.shape
+    rank = len(shape)
+    if not 1 <= rank <= _cabi.MAX_RANK:
         raise FlashcValueError(
-            _cabi.ERROR_RANK, f"{name}: rank {t.dim()} is outside 1..{_cabi.MAX_RANK}"
+            _cabi.ERROR_RANK, f"{name}: rank {rank} is outside 1..{_cabi.MAX_RANK}"
         )
-    desc = _cabi.Tensor()
-    desc.data = t.data_ptr()
-    desc.dtype = code
-    desc.device.type = device
-    desc.device.index = t.device.index if t.device.type == "cuda" else 0
-    desc.rank = t.dim()
-    for i, (extent, stride) in enumerate(zip(t.shape, t.stride())):
-        desc.shape[i] = extent
-        desc.stride[i] = stride
-    return desc
+    _PACK_OF_RANK[rank](buffer, offset, t.data_ptr(), code, device, index, rank, *shape,
+                        *t.stride())
 
-
-def pointer(t, name):
-    """A pointer to a descriptor of `t`, or NULL for None."""
-    if t is None:
-        return None
-    return ctypes.pointer(descriptor(t, name))

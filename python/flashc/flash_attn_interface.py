@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import _checks
+from . import _checks, _ops
 from ._ops import (
     _flash_attn_backward,
     _flash_attn_forward,
@@ -73,6 +73,83 @@ def _pad(x, multiple):
     return pad_head_dim(x, multiple) if multiple > 1 else x
 
 
+def _unpad(x, head_dim):
+    """x without the head-dim padding (x itself when there is none)."""
+    return x if x.shape[-1] == head_dim else x[..., :head_dim]
+
+
+# The operator calls of the Functions. When the operators' bodies can be
+# called directly (_ops.can_call_directly: eager mode, plain tensors) they
+# are, which saves the dispatcher's overhead and the outputs the Functions
+# drop: S_dmask unless returned, the (0, 0) rng_state of a call without
+# dropout (the backward reads rng_state only with dropout, and takes None),
+# and the backward's softmax_d. torch.compile always sees the operators.
+
+
+def _forward(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+             return_softmax, return_lse):
+    """(out_padded, softmax_lse, S_dmask, rng_state) of flashc::_flash_attn_forward."""
+    if _ops.can_call_directly(q, k, v, alibi_slopes):
+        return _ops.batched_forward(
+            q, k, v, dropout_p, softmax_scale, causal, window_size[0], window_size[1], softcap,
+            alibi_slopes, return_softmax and dropout_p > 0,
+            want_s_dmask=return_softmax or return_lse, want_rng_state=False,
+        )
+    return _wrapped_flash_attn_forward(
+        q, k, v, dropout_p, softmax_scale, causal=causal,
+        window_size_left=window_size[0], window_size_right=window_size[1],
+        softcap=softcap, alibi_slopes=alibi_slopes,
+        return_softmax=return_softmax and dropout_p > 0,
+    )
+
+
+def _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                    softmax_scale, causal, window_size, softcap, alibi_slopes, return_softmax,
+                    return_lse, block_table=None):
+    """(out_padded, softmax_lse, S_dmask, rng_state) of
+    flashc::_flash_attn_varlen_forward."""
+    if _ops.can_call_directly(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes):
+        return _ops.varlen_forward(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+            softmax_scale, causal, window_size[0], window_size[1], softcap, alibi_slopes,
+            return_softmax and dropout_p > 0, block_table,
+            want_s_dmask=return_softmax or return_lse, want_rng_state=False,
+        )
+    return _wrapped_flash_attn_varlen_forward(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        softmax_scale, causal=causal, window_size_left=window_size[0],
+        window_size_right=window_size[1], softcap=softcap, alibi_slopes=alibi_slopes,
+        return_softmax=return_softmax and dropout_p > 0, block_table=block_table,
+    )
+
+
+def _backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse):
+    """flashc::_flash_attn_backward into dq, dk, dv, with the settings saved on ctx."""
+    args = (dout, q, k, v, out, softmax_lse, dq, dk, dv, ctx.dropout_p, ctx.softmax_scale,
+            ctx.causal, ctx.window_size[0], ctx.window_size[1], ctx.softcap, ctx.alibi_slopes,
+            ctx.deterministic)
+    if _ops.can_call_directly(dout, q, k, v, out, softmax_lse, ctx.alibi_slopes, rng_state,
+                              dlse):
+        _ops.batched_backward(*args, rng_state, dlse, want_softmax_d=False)
+    else:
+        _wrapped_flash_attn_backward(*args, rng_state=rng_state, dlse=dlse)
+
+
+def _varlen_backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
+                     cu_seqlens_k, max_seqlen_q, max_seqlen_k, rng_state, dlse):
+    """flashc::_flash_attn_varlen_backward into dq, dk, dv, with the settings
+    saved on ctx."""
+    args = (dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+            max_seqlen_q, max_seqlen_k, ctx.dropout_p, ctx.softmax_scale, ctx.causal,
+            ctx.window_size[0], ctx.window_size[1], ctx.softcap, ctx.alibi_slopes,
+            ctx.deterministic)
+    if _ops.can_call_directly(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k,
+                              ctx.alibi_slopes, rng_state, dlse):
+        _ops.varlen_backward(*args, rng_state, False, dlse, want_softmax_d=False)
+    else:
+        _wrapped_flash_attn_varlen_backward(*args, rng_state=rng_state, dlse=dlse)
+
+
 def _save_forward(ctx, is_grad, tensors, **scalars):
     """Tensors are saved only when a gradient is needed; scalars live on ctx."""
     if is_grad:
@@ -113,21 +190,25 @@ def _distinct(*tensors):
     autograd Functions then never receive one tensor twice, which
     torch.compile cannot trace. Gradients through the views add up as they
     would on the shared tensor."""
-    seen = []
+    if len({id(t) for t in tensors}) == len(tensors):
+        return tensors
     result = []
-    for t in tensors:
-        if t is not None and any(t is s for s in seen):
+    for i, t in enumerate(tensors):
+        if t is not None and any(t is s for s in tensors[:i]):
             t = t.view_as(t)
-        seen.append(t)
         result.append(t)
     return result
 
 
 def _gradient_buffers(dtype, device, *shapes):
-    """Empty gradient buffers of the given shapes, carved from one
-    allocation. Separate torch.empty calls of equal shape can be merged into
-    one buffer by a compiler (PyTorch 2.4's inductor does), after which the
-    backward would write two gradients into the same memory."""
+    """Empty gradient buffers of the given shapes. While torch.compile traces
+    they are carved from one allocation: separate torch.empty calls of
+    equal shape can be merged into one buffer by a compiler (PyTorch 2.4's
+    inductor does), after which the backward would write two gradients
+    into the same memory. Eager allocations are never merged, and separate
+    ones cost less Python."""
+    if not torch.compiler.is_compiling():
+        return [torch.empty(shape, dtype=dtype, device=device) for shape in shapes]
     sizes = [math.prod(shape) for shape in shapes]
     flat = torch.empty(sum(sizes), dtype=dtype, device=device)
     return [chunk.view(shape) for chunk, shape in zip(flat.split(sizes), shapes)]
@@ -151,18 +232,16 @@ class FlashAttnQKVPackedFunc(torch.autograd.Function):
         softmax_scale = _default_scale(softmax_scale, head_dim)
         qkv = _pad(qkv, head_dim_multiple(qkv.device))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        out_padded, softmax_lse, s_dmask, rng_state = _wrapped_flash_attn_forward(
-            q, k, v, dropout_p, softmax_scale, causal=causal,
-            window_size_left=window_size[0], window_size_right=window_size[1],
-            softcap=softcap, alibi_slopes=alibi_slopes,
-            return_softmax=return_softmax and dropout_p > 0,
+        out_padded, softmax_lse, s_dmask, rng_state = _forward(
+            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+            return_softmax, return_lse,
         )
         _save_forward(ctx, is_grad, (q, k, v, out_padded, softmax_lse, rng_state),
                       dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       deterministic=deterministic, head_dim=head_dim)
         ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim]
+        out = _unpad(out_padded, head_dim)
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -170,13 +249,10 @@ class FlashAttnQKVPackedFunc(torch.autograd.Function):
         q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
         (dqkv,) = _gradient_buffers(q.dtype, q.device, (*q.shape[:-2], 3, *q.shape[-2:]))
-        _wrapped_flash_attn_backward(
-            dout, q, k, v, out, softmax_lse, dqkv[:, :, 0], dqkv[:, :, 1], dqkv[:, :, 2],
-            ctx.dropout_p, ctx.softmax_scale, ctx.causal, ctx.window_size[0],
-            ctx.window_size[1], ctx.softcap, ctx.alibi_slopes, ctx.deterministic,
-            rng_state=rng_state, dlse=dlse,
+        _backward(
+            ctx, dout, q, k, v, out, softmax_lse, dqkv[:, :, 0], dqkv[:, :, 1], dqkv[:, :, 2], rng_state, dlse,
         )
-        dqkv = dqkv[..., : ctx.head_dim]
+        dqkv = _unpad(dqkv, ctx.head_dim)
         return dqkv, None, None, None, None, None, None, None, None, None, None
 
 
@@ -186,24 +262,22 @@ class FlashAttnKVPackedFunc(torch.autograd.Function):
                 deterministic, return_softmax, return_lse, is_grad_enabled):
         _checks.packed(kv, "kv", 5, 2, 2, "(batch, seqlen_k, 2, nheads_k, headdim)")
         _checks.window_size(window_size)
-        is_grad = is_grad_enabled and any(x.requires_grad for x in (q, kv))
+        is_grad = is_grad_enabled and (q.requires_grad or kv.requires_grad)
         head_dim = q.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
         multiple = head_dim_multiple(q.device)
         q, kv = _pad(q, multiple), _pad(kv, multiple)
         k, v = kv[:, :, 0], kv[:, :, 1]
-        out_padded, softmax_lse, s_dmask, rng_state = _wrapped_flash_attn_forward(
-            q, k, v, dropout_p, softmax_scale, causal=causal,
-            window_size_left=window_size[0], window_size_right=window_size[1],
-            softcap=softcap, alibi_slopes=alibi_slopes,
-            return_softmax=return_softmax and dropout_p > 0,
+        out_padded, softmax_lse, s_dmask, rng_state = _forward(
+            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+            return_softmax, return_lse,
         )
         _save_forward(ctx, is_grad, (q, k, v, out_padded, softmax_lse, rng_state),
                       dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       deterministic=deterministic, head_dim=head_dim)
         ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim]
+        out = _unpad(out_padded, head_dim)
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -212,14 +286,11 @@ class FlashAttnKVPackedFunc(torch.autograd.Function):
         dout = _incoming_dout(dout, out)
         dq, dkv = _gradient_buffers(q.dtype, q.device, q.shape,
                                     (*k.shape[:-2], 2, *k.shape[-2:]))
-        _wrapped_flash_attn_backward(
-            dout, q, k, v, out, softmax_lse, dq, dkv[:, :, 0], dkv[:, :, 1],
-            ctx.dropout_p, ctx.softmax_scale, ctx.causal, ctx.window_size[0],
-            ctx.window_size[1], ctx.softcap, ctx.alibi_slopes, ctx.deterministic,
-            rng_state=rng_state, dlse=dlse,
+        _backward(
+            ctx, dout, q, k, v, out, softmax_lse, dq, dkv[:, :, 0], dkv[:, :, 1], rng_state, dlse,
         )
-        dq = dq[..., : ctx.head_dim]
-        dkv = dkv[..., : ctx.head_dim]
+        dq = _unpad(dq, ctx.head_dim)
+        dkv = _unpad(dkv, ctx.head_dim)
         return dq, dkv, None, None, None, None, None, None, None, None, None, None
 
 
@@ -228,23 +299,21 @@ class FlashAttnFunc(torch.autograd.Function):
     def forward(ctx, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                 alibi_slopes, deterministic, return_softmax, return_lse, is_grad_enabled):
         _checks.window_size(window_size)
-        is_grad = is_grad_enabled and any(x.requires_grad for x in (q, k, v))
+        is_grad = is_grad_enabled and (q.requires_grad or k.requires_grad or v.requires_grad)
         head_dim, head_dim_v = q.shape[-1], v.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
         multiple = head_dim_multiple(q.device)
         q, k, v = _pad(q, multiple), _pad(k, multiple), _pad(v, multiple)
-        out_padded, softmax_lse, s_dmask, rng_state = _wrapped_flash_attn_forward(
-            q, k, v, dropout_p, softmax_scale, causal=causal,
-            window_size_left=window_size[0], window_size_right=window_size[1],
-            softcap=softcap, alibi_slopes=alibi_slopes,
-            return_softmax=return_softmax and dropout_p > 0,
+        out_padded, softmax_lse, s_dmask, rng_state = _forward(
+            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+            return_softmax, return_lse,
         )
         _save_forward(ctx, is_grad, (q, k, v, out_padded, softmax_lse, rng_state),
                       dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       deterministic=deterministic, head_dim=head_dim, head_dim_v=head_dim_v)
         ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim_v]
+        out = _unpad(out_padded, head_dim_v)
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -252,15 +321,12 @@ class FlashAttnFunc(torch.autograd.Function):
         q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
         dq, dk, dv = _gradient_buffers(q.dtype, q.device, q.shape, k.shape, v.shape)
-        _wrapped_flash_attn_backward(
-            dout, q, k, v, out, softmax_lse, dq, dk, dv,
-            ctx.dropout_p, ctx.softmax_scale, ctx.causal, ctx.window_size[0],
-            ctx.window_size[1], ctx.softcap, ctx.alibi_slopes, ctx.deterministic,
-            rng_state=rng_state, dlse=dlse,
+        _backward(
+            ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse,
         )
-        dq = dq[..., : ctx.head_dim]
-        dk = dk[..., : ctx.head_dim]
-        dv = dv[..., : ctx.head_dim_v]
+        dq = _unpad(dq, ctx.head_dim)
+        dk = _unpad(dk, ctx.head_dim)
+        dv = _unpad(dv, ctx.head_dim_v)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
@@ -279,11 +345,10 @@ class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
         softmax_scale = _default_scale(softmax_scale, head_dim)
         qkv = _pad(qkv, head_dim_multiple(qkv.device))
         q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
-        out_padded, softmax_lse, s_dmask, rng_state = _wrapped_flash_attn_varlen_forward(
+        out_padded, softmax_lse, s_dmask, rng_state = _varlen_forward(
             q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
-            softmax_scale, causal=causal, window_size_left=window_size[0],
-            window_size_right=window_size[1], softcap=softcap, alibi_slopes=alibi_slopes,
-            return_softmax=return_softmax and dropout_p > 0,
+            softmax_scale, causal, window_size, softcap, alibi_slopes, return_softmax,
+            return_lse,
         )
         _save_forward(ctx, is_grad,
                       (q, k, v, out_padded, softmax_lse, cu_seqlens, rng_state),
@@ -292,7 +357,7 @@ class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
                       alibi_slopes=alibi_slopes, deterministic=deterministic,
                       head_dim=head_dim)
         ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim]
+        out = _unpad(out_padded, head_dim)
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -300,13 +365,11 @@ class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
         q, k, v, out, softmax_lse, cu_seqlens, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
         (dqkv,) = _gradient_buffers(q.dtype, q.device, (q.shape[0], 3, *q.shape[1:]))
-        _wrapped_flash_attn_varlen_backward(
-            dout, q, k, v, out, softmax_lse, dqkv[:, 0], dqkv[:, 1], dqkv[:, 2],
-            cu_seqlens, cu_seqlens, ctx.max_seqlen, ctx.max_seqlen, ctx.dropout_p,
-            ctx.softmax_scale, ctx.causal, ctx.window_size[0], ctx.window_size[1],
-            ctx.softcap, ctx.alibi_slopes, ctx.deterministic, rng_state=rng_state, dlse=dlse,
+        _varlen_backward(
+            ctx, dout, q, k, v, out, softmax_lse, dqkv[:, 0], dqkv[:, 1], dqkv[:, 2],
+            cu_seqlens, cu_seqlens, ctx.max_seqlen, ctx.max_seqlen, rng_state, dlse,
         )
-        dqkv = dqkv[..., : ctx.head_dim]
+        dqkv = _unpad(dqkv, ctx.head_dim)
         return dqkv, None, None, None, None, None, None, None, None, None, None, None, None
 
 
@@ -317,17 +380,16 @@ class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
                 return_softmax, return_lse, is_grad_enabled):
         _checks.packed(kv, "kv", 4, 1, 2, "(total_k, 2, nheads_k, headdim)")
         _checks.window_size(window_size)
-        is_grad = is_grad_enabled and any(x.requires_grad for x in (q, kv))
+        is_grad = is_grad_enabled and (q.requires_grad or kv.requires_grad)
         head_dim = q.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
         multiple = head_dim_multiple(q.device)
         q, kv = _pad(q, multiple), _pad(kv, multiple)
         k, v = kv[:, 0], kv[:, 1]
-        out_padded, softmax_lse, s_dmask, rng_state = _wrapped_flash_attn_varlen_forward(
+        out_padded, softmax_lse, s_dmask, rng_state = _varlen_forward(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-            softmax_scale, causal=causal, window_size_left=window_size[0],
-            window_size_right=window_size[1], softcap=softcap, alibi_slopes=alibi_slopes,
-            return_softmax=return_softmax and dropout_p > 0,
+            softmax_scale, causal, window_size, softcap, alibi_slopes, return_softmax,
+            return_lse,
         )
         _save_forward(ctx, is_grad,
                       (q, k, v, out_padded, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state),
@@ -336,7 +398,7 @@ class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
                       softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
                       head_dim=head_dim)
         ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim]
+        out = _unpad(out_padded, head_dim)
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -344,14 +406,12 @@ class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
         q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
         dq, dkv = _gradient_buffers(q.dtype, q.device, q.shape, (k.shape[0], 2, *k.shape[1:]))
-        _wrapped_flash_attn_varlen_backward(
-            dout, q, k, v, out, softmax_lse, dq, dkv[:, 0], dkv[:, 1],
-            cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k, ctx.dropout_p,
-            ctx.softmax_scale, ctx.causal, ctx.window_size[0], ctx.window_size[1],
-            ctx.softcap, ctx.alibi_slopes, ctx.deterministic, rng_state=rng_state, dlse=dlse,
+        _varlen_backward(
+            ctx, dout, q, k, v, out, softmax_lse, dq, dkv[:, 0], dkv[:, 1],
+            cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k, rng_state, dlse,
         )
-        dq = dq[..., : ctx.head_dim]
-        dkv = dkv[..., : ctx.head_dim]
+        dq = _unpad(dq, ctx.head_dim)
+        dkv = _unpad(dkv, ctx.head_dim)
         return (dq, dkv) + (None,) * 14
 
 
@@ -361,16 +421,15 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
                 softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                 return_softmax, block_table, return_lse, is_grad_enabled):
         _checks.window_size(window_size)
-        is_grad = is_grad_enabled and any(x.requires_grad for x in (q, k, v))
+        is_grad = is_grad_enabled and (q.requires_grad or k.requires_grad or v.requires_grad)
         head_dim, head_dim_v = q.shape[-1], v.shape[-1]
         softmax_scale = _default_scale(softmax_scale, head_dim)
         multiple = head_dim_multiple(q.device)
         q, k, v = _pad(q, multiple), _pad(k, multiple), _pad(v, multiple)
-        out_padded, softmax_lse, s_dmask, rng_state = _wrapped_flash_attn_varlen_forward(
+        out_padded, softmax_lse, s_dmask, rng_state = _varlen_forward(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-            softmax_scale, causal=causal, window_size_left=window_size[0],
-            window_size_right=window_size[1], softcap=softcap, alibi_slopes=alibi_slopes,
-            return_softmax=return_softmax and dropout_p > 0, block_table=block_table,
+            softmax_scale, causal, window_size, softcap, alibi_slopes, return_softmax,
+            return_lse, block_table,
         )
         _save_forward(ctx, is_grad,
                       (q, k, v, out_padded, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state),
@@ -379,7 +438,7 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
                       softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
                       head_dim=head_dim, head_dim_v=head_dim_v)
         ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim_v]
+        out = _unpad(out_padded, head_dim_v)
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -387,15 +446,13 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
         q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
         dq, dk, dv = _gradient_buffers(q.dtype, q.device, q.shape, k.shape, v.shape)
-        _wrapped_flash_attn_varlen_backward(
-            dout, q, k, v, out, softmax_lse, dq, dk, dv,
-            cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k, ctx.dropout_p,
-            ctx.softmax_scale, ctx.causal, ctx.window_size[0], ctx.window_size[1],
-            ctx.softcap, ctx.alibi_slopes, ctx.deterministic, rng_state=rng_state, dlse=dlse,
+        _varlen_backward(
+            ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv,
+            cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k, rng_state, dlse,
         )
-        dq = dq[..., : ctx.head_dim]
-        dk = dk[..., : ctx.head_dim]
-        dv = dv[..., : ctx.head_dim_v]
+        dq = _unpad(dq, ctx.head_dim)
+        dk = _unpad(dk, ctx.head_dim)
+        dv = _unpad(dv, ctx.head_dim_v)
         return (dq, dk, dv) + (None,) * 15
 
 
