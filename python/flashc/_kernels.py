@@ -66,6 +66,9 @@ _DEFAULT_STREAM = _DEFAULTS.stream or 0
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream
 )
+# torch.cuda.current_device() without its lazy-init check (a CUDA tensor
+# exists, so CUDA is initialised).
+_current_cuda_device = getattr(torch._C, "_cuda_getDevice", None)
 _NO_DEVICE_SCOPE = contextlib.nullcontext()
 
 
@@ -100,8 +103,12 @@ def _pack(packer, names, codes, buffer, values):
     try:
         packer.pack_into(buffer, 0, *values)
     except struct.error:
-        # A value its C field cannot hold (a window of 2**70, say).
-        name, value, code = _layout.misfit(names, codes, values)
+        misfit = _layout.misfit(names, codes, values)
+        if misfit is None:
+            raise
+        # A value its C field cannot hold (a window of 2**70, a float
+        # window), named as the C API names it.
+        name, value, code = misfit
         raise FlashcValueError(
             _cabi.ERROR_ARGUMENT,
             f"{name.split('.')[-1]}: {value!r} does not fit the C field {name} ({code!r})",
@@ -114,7 +121,7 @@ def _device_scope(q):
     if not q.is_cuda:
         return _NO_DEVICE_SCOPE
     index = q.get_device()
-    if torch._C._cuda_getDevice() == index:
+    if _current_cuda_device is not None and _current_cuda_device() == index:
         return _NO_DEVICE_SCOPE
     return torch.cuda.device(index)
 

@@ -50,6 +50,21 @@ def _dropout_words(device, dropout_p, want_rng_state):
 # __torch_function__ (Parameter disables it).
 _PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
+# The state can_call_directly reads; without any of these (an older or
+# newer PyTorch), the operators are always called.
+_STATE_QUERIES = tuple(
+    getattr(module, name, None)
+    for module, name in (
+        (torch._C, "_len_torch_dispatch_stack"),
+        (torch._C, "_is_torch_function_mode_enabled"),
+        (torch._C._autograd, "_profiler_enabled"),
+        (torch._C, "_get_tracing_state"),
+    )
+)
+_DIRECT_CALLS_POSSIBLE = None not in _STATE_QUERIES
+(_dispatch_mode_count, _torch_function_mode_enabled, _profiler_enabled,
+ _jit_tracing_state) = _STATE_QUERIES
+
 
 def can_call_directly(*tensors):
     """Whether calling an operator's body directly does what calling the
@@ -60,11 +75,12 @@ def can_call_directly(*tensors):
     or for tensor subclasses and devices other than cpu and cuda (meta
     tensors go to the fake implementations). None entries are skipped."""
     if (
-        torch.compiler.is_compiling()
-        or torch._C._len_torch_dispatch_stack()
-        or torch._C._is_torch_function_mode_enabled()
-        or torch._C._autograd._profiler_enabled()
-        or torch._C._get_tracing_state() is not None
+        not _DIRECT_CALLS_POSSIBLE
+        or torch.compiler.is_compiling()
+        or _dispatch_mode_count()
+        or _torch_function_mode_enabled()
+        or _profiler_enabled()
+        or _jit_tracing_state() is not None
     ):
         return False
     for t in tensors:

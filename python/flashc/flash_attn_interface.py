@@ -73,9 +73,14 @@ def _pad(x, multiple):
     return pad_head_dim(x, multiple) if multiple > 1 else x
 
 
-def _unpad(x, head_dim):
-    """x without the head-dim padding (x itself when there is none)."""
-    return x if x.shape[-1] == head_dim else x[..., :head_dim]
+def _unpad(grad, head_dim):
+    """A gradient without the head-dim padding; the gradient itself when
+    there is none. Where nothing is padded (head_dim_multiple 1) the shape
+    is not even read, so torch.jit.trace records no comparison. (The
+    forward's out stays a slice, always a view as in flash_attn.)"""
+    if head_dim_multiple(grad.device) > 1 and grad.shape[-1] != head_dim:
+        return grad[..., :head_dim]
+    return grad
 
 
 # The operator calls of the Functions. When the operators' bodies can be
@@ -201,13 +206,14 @@ def _distinct(*tensors):
 
 
 def _gradient_buffers(dtype, device, *shapes):
-    """Empty gradient buffers of the given shapes. While torch.compile traces
-    they are carved from one allocation: separate torch.empty calls of
-    equal shape can be merged into one buffer by a compiler (PyTorch 2.4's
+    """Empty gradient buffers of the given shapes. Where a compiler could see
+    them (anything but plain eager mode, see _ops.can_call_directly) they
+    are carved from one allocation: separate torch.empty calls of equal
+    shape can be merged into one buffer by a compiler (PyTorch 2.4's
     inductor does), after which the backward would write two gradients
     into the same memory. Eager allocations are never merged, and separate
     ones cost less Python."""
-    if not torch.compiler.is_compiling():
+    if _ops.can_call_directly():
         return [torch.empty(shape, dtype=dtype, device=device) for shape in shapes]
     sizes = [math.prod(shape) for shape in shapes]
     flat = torch.empty(sum(sizes), dtype=dtype, device=device)
@@ -241,7 +247,7 @@ class FlashAttnQKVPackedFunc(torch.autograd.Function):
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       deterministic=deterministic, head_dim=head_dim)
         ctx.set_materialize_grads(False)
-        out = _unpad(out_padded, head_dim)
+        out = out_padded[..., :head_dim]
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -277,7 +283,7 @@ class FlashAttnKVPackedFunc(torch.autograd.Function):
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       deterministic=deterministic, head_dim=head_dim)
         ctx.set_materialize_grads(False)
-        out = _unpad(out_padded, head_dim)
+        out = out_padded[..., :head_dim]
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -313,7 +319,7 @@ class FlashAttnFunc(torch.autograd.Function):
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       deterministic=deterministic, head_dim=head_dim, head_dim_v=head_dim_v)
         ctx.set_materialize_grads(False)
-        out = _unpad(out_padded, head_dim_v)
+        out = out_padded[..., :head_dim_v]
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -357,7 +363,7 @@ class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
                       alibi_slopes=alibi_slopes, deterministic=deterministic,
                       head_dim=head_dim)
         ctx.set_materialize_grads(False)
-        out = _unpad(out_padded, head_dim)
+        out = out_padded[..., :head_dim]
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -398,7 +404,7 @@ class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
                       softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
                       head_dim=head_dim)
         ctx.set_materialize_grads(False)
-        out = _unpad(out_padded, head_dim)
+        out = out_padded[..., :head_dim]
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
@@ -438,7 +444,7 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
                       softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
                       head_dim=head_dim, head_dim_v=head_dim_v)
         ctx.set_materialize_grads(False)
-        out = _unpad(out_padded, head_dim_v)
+        out = out_padded[..., :head_dim_v]
         return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
     @staticmethod
