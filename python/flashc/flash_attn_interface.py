@@ -255,9 +255,8 @@ class FlashAttnQKVPackedFunc(torch.autograd.Function):
         q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
         (dqkv,) = _gradient_buffers(q.dtype, q.device, (*q.shape[:-2], 3, *q.shape[-2:]))
-        _backward(
-            ctx, dout, q, k, v, out, softmax_lse, dqkv[:, :, 0], dqkv[:, :, 1], dqkv[:, :, 2], rng_state, dlse,
-        )
+        _backward(ctx, dout, q, k, v, out, softmax_lse, dqkv[:, :, 0], dqkv[:, :, 1],
+                  dqkv[:, :, 2], rng_state, dlse)
         dqkv = _unpad(dqkv, ctx.head_dim)
         return dqkv, None, None, None, None, None, None, None, None, None, None
 
@@ -292,9 +291,8 @@ class FlashAttnKVPackedFunc(torch.autograd.Function):
         dout = _incoming_dout(dout, out)
         dq, dkv = _gradient_buffers(q.dtype, q.device, q.shape,
                                     (*k.shape[:-2], 2, *k.shape[-2:]))
-        _backward(
-            ctx, dout, q, k, v, out, softmax_lse, dq, dkv[:, :, 0], dkv[:, :, 1], rng_state, dlse,
-        )
+        _backward(ctx, dout, q, k, v, out, softmax_lse, dq, dkv[:, :, 0], dkv[:, :, 1],
+                  rng_state, dlse)
         dq = _unpad(dq, ctx.head_dim)
         dkv = _unpad(dkv, ctx.head_dim)
         return dq, dkv, None, None, None, None, None, None, None, None, None, None
@@ -327,9 +325,7 @@ class FlashAttnFunc(torch.autograd.Function):
         q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
         dout = _incoming_dout(dout, out)
         dq, dk, dv = _gradient_buffers(q.dtype, q.device, q.shape, k.shape, v.shape)
-        _backward(
-            ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse,
-        )
+        _backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse)
         dq = _unpad(dq, ctx.head_dim)
         dk = _unpad(dk, ctx.head_dim)
         dv = _unpad(dv, ctx.head_dim_v)
