@@ -92,6 +92,22 @@ def can_call_directly(*tensors):
 # ---- forward -----------------------------------------------------------------
 
 
+def _run_forward(q, k, v, out, lse, s_dmask, dropout_p, softmax_scale, causal, window_size_left,
+                 window_size_right, softcap, alibi_slopes, want_rng_state, **varlen):
+    """Both forward bodies' kernel call into out, lse and S_dmask (an empty
+    or absent S_dmask is not written), with a fresh dropout seed; varlen:
+    the cu_seqlens / seqused_k / max_seqlen keywords of _kernels.forward.
+    Returns rng_state."""
+    seed, offset, rng_state = _dropout_words(q.device, dropout_p, want_rng_state)
+    _kernels.forward(
+        q, k, v, out, lse, s_dmask if s_dmask is not None and s_dmask.numel() else None,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
+        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
+        dropout_p=dropout_p, seed=seed, offset=offset, **varlen,
+    )
+    return rng_state
+
+
 def batched_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
                     window_size_right, softcap, alibi_slopes, return_softmax,
                     want_s_dmask=True, want_rng_state=True):
@@ -104,13 +120,9 @@ def batched_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
     q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
     out, lse, s_dmask = _batched_forward_outputs(q, k, v, return_softmax, dropout_p,
                                                  want_s_dmask)
-    seed, offset, rng_state = _dropout_words(q.device, dropout_p, want_rng_state)
-    _kernels.forward(
-        q, k, v, out, lse, s_dmask if s_dmask is not None and s_dmask.numel() else None,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
-        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset,
-    )
+    rng_state = _run_forward(q, k, v, out, lse, s_dmask, dropout_p, softmax_scale, causal,
+                             window_size_left, window_size_right, softcap, alibi_slopes,
+                             want_rng_state)
     return out, lse, s_dmask, rng_state
 
 
@@ -166,12 +178,9 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
     out, lse, s_dmask = _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
                                                 return_softmax, dropout_p, want_s_dmask)
-    seed, offset, rng_state = _dropout_words(q.device, dropout_p, want_rng_state)
-    _kernels.forward(
-        q, k, v, out, lse, s_dmask if s_dmask is not None and s_dmask.numel() else None,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
-        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset,
+    rng_state = _run_forward(
+        q, k, v, out, lse, s_dmask, dropout_p, softmax_scale, causal, window_size_left,
+        window_size_right, softcap, alibi_slopes, want_rng_state,
         cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
         seqused_k=None if seqused_k is None else seqused_k.contiguous(),
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
@@ -263,16 +272,14 @@ def _gradient_buffers(q, k, v, dq, dk, dv):
     )
 
 
-def batched_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale,
-                     causal, window_size_left, window_size_right, softcap, alibi_slopes,
-                     deterministic, rng_state=None, dlse=None, want_softmax_d=True):
-    """flashc::_flash_attn_backward's body. want_softmax_d=False skips
-    softmax_d (a few more kernels on the GPU) and returns None."""
-    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 4,
-                           "(batch, seqlen, nheads, headdim)")
-    _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
-                         ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),
-                         ("dv", dv), ("alibi_slopes", alibi_slopes), ("rng_state", rng_state)])
+def _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, softmax_scale,
+                  causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                  deterministic, rng_state, **varlen):
+    """Both backward bodies after their layout and device checks: the scalar
+    and rng_state checks, then the kernels into dq, dk, dv (fresh buffers
+    where None); varlen: the cu_seqlens / max_seqlen keywords of
+    _kernels.backward. Returns dout, q and out as the kernels read them, for
+    softmax_d."""
     _check_forward_scalars(dropout_p, softmax_scale)
     _checks.rng_state(rng_state, dropout_p)
     dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
@@ -283,8 +290,24 @@ def batched_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, sof
         dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
         softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
         window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic,
+        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic, **varlen,
     )
+    return dout, q, out
+
+
+def batched_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale,
+                     causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                     deterministic, rng_state=None, dlse=None, want_softmax_d=True):
+    """flashc::_flash_attn_backward's body. want_softmax_d=False skips
+    softmax_d (a few more kernels on the GPU) and returns None."""
+    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 4,
+                           "(batch, seqlen, nheads, headdim)")
+    _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
+                         ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),
+                         ("dv", dv), ("alibi_slopes", alibi_slopes), ("rng_state", rng_state)])
+    dout, q, out = _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p,
+                                 softmax_scale, causal, window_size_left, window_size_right,
+                                 softcap, alibi_slopes, deterministic, rng_state)
     if not want_softmax_d:
         return None
     softmax_d = _shapes.softmax_d_batched(q)
@@ -344,17 +367,9 @@ def varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, c
                          ("dv", dv), ("cu_seqlens_q", cu_seqlens_q),
                          ("cu_seqlens_k", cu_seqlens_k), ("alibi_slopes", alibi_slopes),
                          ("rng_state", rng_state)])
-    _check_forward_scalars(dropout_p, softmax_scale)
-    _checks.rng_state(rng_state, dropout_p)
-    dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
-                          maybe_contiguous(v), maybe_contiguous(out))
-    dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
-    seed, offset = _rng.replay(rng_state) if dropout_p > 0 else (0, 0)
-    _kernels.backward(
-        dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
-        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic,
+    dout, q, out = _run_backward(
+        dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, softmax_scale, causal,
+        window_size_left, window_size_right, softcap, alibi_slopes, deterministic, rng_state,
         cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
     )

@@ -16,6 +16,7 @@ int32 cu_seqlens of length b + 1 and int max_seqlen. dtypes float16,
 bfloat16, float32, and float64 on the CPU.
 """
 import math
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -220,6 +221,99 @@ def _gradient_buffers(dtype, device, *shapes):
     return [chunk.view(shape) for chunk, shape in zip(flat.split(sizes), shapes)]
 
 
+class _Varlen(NamedTuple):
+    """The variable-length arguments of a varlen Function's forward."""
+
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    block_table: Optional[torch.Tensor] = None
+
+
+def _packed_shape(t, count):
+    """The shape of `count` tensors shaped like t packed on the third axis
+    from the end: (batch, seqlen, count, nheads, headdim) or
+    (total, count, nheads, headdim)."""
+    return (*t.shape[:-2], count, *t.shape[-2:])
+
+
+def _unpacked(tensors):
+    """q, k, v from a Function's tensor inputs: (qkv,), (q, kv) or (q, k, v).
+    The packed axis is the third from the end in the batched and the varlen
+    layouts alike."""
+    if len(tensors) == 1:
+        (qkv,) = tensors
+        return qkv.select(-3, 0), qkv.select(-3, 1), qkv.select(-3, 2)
+    if len(tensors) == 2:
+        q, kv = tensors
+        return q, kv.select(-3, 0), kv.select(-3, 1)
+    return tensors
+
+
+def _attention_forward(ctx, inputs, dropout_p, softmax_scale, causal, window_size, softcap,
+                       alibi_slopes, deterministic, return_softmax, return_lse,
+                       is_grad_enabled, varlen=None):
+    """The forward of every Function. inputs: its tensors, (qkv,), (q, kv)
+    or (q, k, v), each padded to the backend's head-dim multiple before k
+    and v are taken apart; varlen: a _Varlen for the varlen Functions. out
+    has the head dim of v when v is separate, of q otherwise."""
+    _checks.window_size(window_size)
+    is_grad = is_grad_enabled and any(t.requires_grad for t in inputs)
+    head_dim = inputs[0].shape[-1]
+    head_dim_v = inputs[2].shape[-1] if len(inputs) == 3 else head_dim
+    softmax_scale = _default_scale(softmax_scale, head_dim)
+    multiple = head_dim_multiple(inputs[0].device)
+    q, k, v = _unpacked([_pad(t, multiple) for t in inputs])
+    if varlen is None:
+        out_padded, softmax_lse, s_dmask, rng_state = _forward(
+            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+            return_softmax, return_lse,
+        )
+        cu_seqlens = ()
+    else:
+        out_padded, softmax_lse, s_dmask, rng_state = _varlen_forward(
+            q, k, v, varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.max_seqlen_q,
+            varlen.max_seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
+            alibi_slopes, return_softmax, return_lse, varlen.block_table,
+        )
+        # One cu_seqlens for both (the qkv-packed Function) is saved once.
+        cu_seqlens = ((varlen.cu_seqlens_q,) if varlen.cu_seqlens_k is varlen.cu_seqlens_q
+                      else (varlen.cu_seqlens_q, varlen.cu_seqlens_k))
+        ctx.max_seqlen_q, ctx.max_seqlen_k = varlen.max_seqlen_q, varlen.max_seqlen_k
+    _save_forward(ctx, is_grad, (q, k, v, out_padded, softmax_lse, *cu_seqlens, rng_state),
+                  dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                  window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                  deterministic=deterministic, head_dim=head_dim, head_dim_v=head_dim_v,
+                  input_count=len(inputs))
+    ctx.set_materialize_grads(False)
+    out = out_padded[..., :head_dim_v]
+    return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
+
+
+def _attention_backward(ctx, dout, dlse):
+    """The backward of every Function: the gradients of its tensor inputs,
+    in the layout the forward received them (see _attention_forward)."""
+    q, k, v, out, softmax_lse, *cu_seqlens, rng_state = ctx.saved_tensors
+    dout = _incoming_dout(dout, out)
+    if ctx.input_count == 1:
+        shapes = (_packed_shape(q, 3),)
+    elif ctx.input_count == 2:
+        shapes = (q.shape, _packed_shape(k, 2))
+    else:
+        shapes = (q.shape, k.shape, v.shape)
+    buffers = _gradient_buffers(q.dtype, q.device, *shapes)
+    dq, dk, dv = _unpacked(buffers)
+    if cu_seqlens:
+        _varlen_backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens[0],
+                         cu_seqlens[-1], ctx.max_seqlen_q, ctx.max_seqlen_k, rng_state, dlse)
+    else:
+        _backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse)
+    # Only separate v has a head dim of its own.
+    head_dims = (ctx.head_dim, ctx.head_dim, ctx.head_dim_v)
+    return tuple(_unpad(grad, head_dim) for grad, head_dim in zip(buffers, head_dims))
+
+
 def _check_block_table(block_table):
     _checks.not_supported(block_table, "block_table", "paged KV is not supported by flashc yet")
 
@@ -232,33 +326,13 @@ class FlashAttnQKVPackedFunc(torch.autograd.Function):
     def forward(ctx, qkv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                 deterministic, return_softmax, return_lse, is_grad_enabled):
         _checks.packed(qkv, "qkv", 5, 2, 3, "(batch, seqlen, 3, nheads, headdim)")
-        _checks.window_size(window_size)
-        is_grad = is_grad_enabled and qkv.requires_grad
-        head_dim = qkv.shape[-1]
-        softmax_scale = _default_scale(softmax_scale, head_dim)
-        qkv = _pad(qkv, head_dim_multiple(qkv.device))
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        out_padded, softmax_lse, s_dmask, rng_state = _forward(
-            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-            return_softmax, return_lse,
-        )
-        _save_forward(ctx, is_grad, (q, k, v, out_padded, softmax_lse, rng_state),
-                      dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                      deterministic=deterministic, head_dim=head_dim)
-        ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim]
-        return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
+        return _attention_forward(ctx, (qkv,), dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_softmax,
+                                  return_lse, is_grad_enabled)
 
     @staticmethod
     def backward(ctx, dout, dlse=None, *unused):
-        q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
-        dout = _incoming_dout(dout, out)
-        (dqkv,) = _gradient_buffers(q.dtype, q.device, (*q.shape[:-2], 3, *q.shape[-2:]))
-        _backward(ctx, dout, q, k, v, out, softmax_lse, dqkv[:, :, 0], dqkv[:, :, 1],
-                  dqkv[:, :, 2], rng_state, dlse)
-        dqkv = _unpad(dqkv, ctx.head_dim)
-        return dqkv, None, None, None, None, None, None, None, None, None, None
+        return _attention_backward(ctx, dout, dlse) + (None,) * 10
 
 
 class FlashAttnKVPackedFunc(torch.autograd.Function):
@@ -266,70 +340,26 @@ class FlashAttnKVPackedFunc(torch.autograd.Function):
     def forward(ctx, q, kv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                 deterministic, return_softmax, return_lse, is_grad_enabled):
         _checks.packed(kv, "kv", 5, 2, 2, "(batch, seqlen_k, 2, nheads_k, headdim)")
-        _checks.window_size(window_size)
-        is_grad = is_grad_enabled and (q.requires_grad or kv.requires_grad)
-        head_dim = q.shape[-1]
-        softmax_scale = _default_scale(softmax_scale, head_dim)
-        multiple = head_dim_multiple(q.device)
-        q, kv = _pad(q, multiple), _pad(kv, multiple)
-        k, v = kv[:, :, 0], kv[:, :, 1]
-        out_padded, softmax_lse, s_dmask, rng_state = _forward(
-            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-            return_softmax, return_lse,
-        )
-        _save_forward(ctx, is_grad, (q, k, v, out_padded, softmax_lse, rng_state),
-                      dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                      deterministic=deterministic, head_dim=head_dim)
-        ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim]
-        return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
+        return _attention_forward(ctx, (q, kv), dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_softmax,
+                                  return_lse, is_grad_enabled)
 
     @staticmethod
     def backward(ctx, dout, dlse=None, *unused):
-        q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
-        dout = _incoming_dout(dout, out)
-        dq, dkv = _gradient_buffers(q.dtype, q.device, q.shape,
-                                    (*k.shape[:-2], 2, *k.shape[-2:]))
-        _backward(ctx, dout, q, k, v, out, softmax_lse, dq, dkv[:, :, 0], dkv[:, :, 1],
-                  rng_state, dlse)
-        dq = _unpad(dq, ctx.head_dim)
-        dkv = _unpad(dkv, ctx.head_dim)
-        return dq, dkv, None, None, None, None, None, None, None, None, None, None
+        return _attention_backward(ctx, dout, dlse) + (None,) * 10
 
 
 class FlashAttnFunc(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                 alibi_slopes, deterministic, return_softmax, return_lse, is_grad_enabled):
-        _checks.window_size(window_size)
-        is_grad = is_grad_enabled and (q.requires_grad or k.requires_grad or v.requires_grad)
-        head_dim, head_dim_v = q.shape[-1], v.shape[-1]
-        softmax_scale = _default_scale(softmax_scale, head_dim)
-        multiple = head_dim_multiple(q.device)
-        q, k, v = _pad(q, multiple), _pad(k, multiple), _pad(v, multiple)
-        out_padded, softmax_lse, s_dmask, rng_state = _forward(
-            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-            return_softmax, return_lse,
-        )
-        _save_forward(ctx, is_grad, (q, k, v, out_padded, softmax_lse, rng_state),
-                      dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                      deterministic=deterministic, head_dim=head_dim, head_dim_v=head_dim_v)
-        ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim_v]
-        return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
+        return _attention_forward(ctx, (q, k, v), dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_softmax,
+                                  return_lse, is_grad_enabled)
 
     @staticmethod
     def backward(ctx, dout, dlse=None, *unused):
-        q, k, v, out, softmax_lse, rng_state = ctx.saved_tensors
-        dout = _incoming_dout(dout, out)
-        dq, dk, dv = _gradient_buffers(q.dtype, q.device, q.shape, k.shape, v.shape)
-        _backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse)
-        dq = _unpad(dq, ctx.head_dim)
-        dk = _unpad(dk, ctx.head_dim)
-        dv = _unpad(dv, ctx.head_dim_v)
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+        return _attention_backward(ctx, dout, dlse) + (None,) * 10
 
 
 # ---- varlen ------------------------------------------------------------------
@@ -341,38 +371,14 @@ class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
                 softcap, alibi_slopes, deterministic, return_softmax, return_lse,
                 is_grad_enabled):
         _checks.packed(qkv, "qkv", 4, 1, 3, "(total, 3, nheads, headdim)")
-        _checks.window_size(window_size)
-        is_grad = is_grad_enabled and qkv.requires_grad
-        head_dim = qkv.shape[-1]
-        softmax_scale = _default_scale(softmax_scale, head_dim)
-        qkv = _pad(qkv, head_dim_multiple(qkv.device))
-        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
-        out_padded, softmax_lse, s_dmask, rng_state = _varlen_forward(
-            q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
-            softmax_scale, causal, window_size, softcap, alibi_slopes, return_softmax,
-            return_lse,
-        )
-        _save_forward(ctx, is_grad,
-                      (q, k, v, out_padded, softmax_lse, cu_seqlens, rng_state),
-                      dropout_p=dropout_p, max_seqlen=max_seqlen, softmax_scale=softmax_scale,
-                      causal=causal, window_size=window_size, softcap=softcap,
-                      alibi_slopes=alibi_slopes, deterministic=deterministic,
-                      head_dim=head_dim)
-        ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim]
-        return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
+        return _attention_forward(ctx, (qkv,), dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_softmax,
+                                  return_lse, is_grad_enabled,
+                                  _Varlen(cu_seqlens, cu_seqlens, max_seqlen, max_seqlen))
 
     @staticmethod
     def backward(ctx, dout, dlse=None, *unused):
-        q, k, v, out, softmax_lse, cu_seqlens, rng_state = ctx.saved_tensors
-        dout = _incoming_dout(dout, out)
-        (dqkv,) = _gradient_buffers(q.dtype, q.device, (q.shape[0], 3, *q.shape[1:]))
-        _varlen_backward(
-            ctx, dout, q, k, v, out, softmax_lse, dqkv[:, 0], dqkv[:, 1], dqkv[:, 2],
-            cu_seqlens, cu_seqlens, ctx.max_seqlen, ctx.max_seqlen, rng_state, dlse,
-        )
-        dqkv = _unpad(dqkv, ctx.head_dim)
-        return dqkv, None, None, None, None, None, None, None, None, None, None, None, None
+        return _attention_backward(ctx, dout, dlse) + (None,) * 12
 
 
 class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
@@ -381,40 +387,14 @@ class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
                 softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                 return_softmax, return_lse, is_grad_enabled):
         _checks.packed(kv, "kv", 4, 1, 2, "(total_k, 2, nheads_k, headdim)")
-        _checks.window_size(window_size)
-        is_grad = is_grad_enabled and (q.requires_grad or kv.requires_grad)
-        head_dim = q.shape[-1]
-        softmax_scale = _default_scale(softmax_scale, head_dim)
-        multiple = head_dim_multiple(q.device)
-        q, kv = _pad(q, multiple), _pad(kv, multiple)
-        k, v = kv[:, 0], kv[:, 1]
-        out_padded, softmax_lse, s_dmask, rng_state = _varlen_forward(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-            softmax_scale, causal, window_size, softcap, alibi_slopes, return_softmax,
-            return_lse,
-        )
-        _save_forward(ctx, is_grad,
-                      (q, k, v, out_padded, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state),
-                      dropout_p=dropout_p, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                      softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                      softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
-                      head_dim=head_dim)
-        ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim]
-        return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
+        return _attention_forward(ctx, (q, kv), dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_softmax,
+                                  return_lse, is_grad_enabled,
+                                  _Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
 
     @staticmethod
     def backward(ctx, dout, dlse=None, *unused):
-        q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state = ctx.saved_tensors
-        dout = _incoming_dout(dout, out)
-        dq, dkv = _gradient_buffers(q.dtype, q.device, q.shape, (k.shape[0], 2, *k.shape[1:]))
-        _varlen_backward(
-            ctx, dout, q, k, v, out, softmax_lse, dq, dkv[:, 0], dkv[:, 1],
-            cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k, rng_state, dlse,
-        )
-        dq = _unpad(dq, ctx.head_dim)
-        dkv = _unpad(dkv, ctx.head_dim)
-        return (dq, dkv) + (None,) * 14
+        return _attention_backward(ctx, dout, dlse) + (None,) * 14
 
 
 class FlashAttnVarlenFunc(torch.autograd.Function):
@@ -422,40 +402,15 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                 softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                 return_softmax, block_table, return_lse, is_grad_enabled):
-        _checks.window_size(window_size)
-        is_grad = is_grad_enabled and (q.requires_grad or k.requires_grad or v.requires_grad)
-        head_dim, head_dim_v = q.shape[-1], v.shape[-1]
-        softmax_scale = _default_scale(softmax_scale, head_dim)
-        multiple = head_dim_multiple(q.device)
-        q, k, v = _pad(q, multiple), _pad(k, multiple), _pad(v, multiple)
-        out_padded, softmax_lse, s_dmask, rng_state = _varlen_forward(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-            softmax_scale, causal, window_size, softcap, alibi_slopes, return_softmax,
-            return_lse, block_table,
-        )
-        _save_forward(ctx, is_grad,
-                      (q, k, v, out_padded, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state),
-                      dropout_p=dropout_p, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                      softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                      softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
-                      head_dim=head_dim, head_dim_v=head_dim_v)
-        ctx.set_materialize_grads(False)
-        out = out_padded[..., :head_dim_v]
-        return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
+        return _attention_forward(ctx, (q, k, v), dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_softmax,
+                                  return_lse, is_grad_enabled,
+                                  _Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                          block_table))
 
     @staticmethod
     def backward(ctx, dout, dlse=None, *unused):
-        q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, rng_state = ctx.saved_tensors
-        dout = _incoming_dout(dout, out)
-        dq, dk, dv = _gradient_buffers(q.dtype, q.device, q.shape, k.shape, v.shape)
-        _varlen_backward(
-            ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv,
-            cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k, rng_state, dlse,
-        )
-        dq = _unpad(dq, ctx.head_dim)
-        dk = _unpad(dk, ctx.head_dim)
-        dv = _unpad(dv, ctx.head_dim_v)
-        return (dq, dk, dv) + (None,) * 15
+        return _attention_backward(ctx, dout, dlse) + (None,) * 15
 
 
 # ---- the public functions ------------------------------------------------------
