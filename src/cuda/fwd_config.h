@@ -5,16 +5,20 @@
  *
  * BLOCK_M query rows per CTA, BLOCK_N keys per main-loop step (BLOCK_N_GENERAL
  * in the variant with softcap / ALiBi / dropout, whose Philox and tanh need
- * registers the S tile then gives up), WARPS warps
- * each owning BLOCK_M / WARPS rows (16 or 32: one or two mma row-atoms).
+ * registers the S tile then gives up), WARPS warps each owning
+ * BLOCK_M / WARPS rows (16 or 32: one or two mma row-atoms), CTAS_PER_SM for
+ * the register cap. 64-row CTAs at 192 / 256: two independent CTAs per SM
+ * keep the tensor cores busy through each other's barriers (+15 % at 256
+ * over one 128-row CTA of 8 warps, bench/NOTES.md).
  * EARLY_K_LOAD: start the next K tile's load before the softmax (more
- * overlap) rather than after it (fewer live registers: with 32-row warps
- * at head dim 96 / 128 the early load makes ptxas spill).
+ * overlap) rather than just before P V (fewer live registers: with 32-row
+ * warps at head dim 96 / 128 the early load makes ptxas spill).
  *
  * Shared memory holds one Q, one K and one V tile, rows padded by 16 bytes
  * so ldmatrix reads hit 8 distinct bank groups. Register budget per thread
  * (float32 accumulators): O = rows/warp * HEAD_DIM / 32, S = rows/warp *
- * BLOCK_N / 32; ptxas -v must show no spills. */
+ * BLOCK_N / 32; check ptxas -v for spills after any change (src/cuda/README.md
+ * lists the few bytes the plain 64 / 96 / 128 kernels spill today). */
 #ifndef FLASHC_CUDA_FWD_CONFIG_H
 #define FLASHC_CUDA_FWD_CONFIG_H
 
