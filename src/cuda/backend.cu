@@ -13,8 +13,6 @@ extern "C" {
 }
 #include "fwd_launch.h"
 
-#define FLASHC_LOG2E_D 1.4426950408889634
-
 extern "C" int flashc_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -89,9 +87,9 @@ static flashc_fwd_params make_fwd_params(const flashc_problem *p) {
     k.seqused_k = p->seqused_k;
     k.total_q = p->total_q;
     k.total_k = p->total_k;
-    k.scale_log2 = (float)(p->scale * FLASHC_LOG2E_D);
+    k.scale_log2 = (float)(p->scale * FLASHC_LOG2E);
     k.softcap_inv_scale = p->softcap > 0.0 ? (float)(p->scale / p->softcap) : 0.0f;
-    k.softcap_log2 = (float)(p->softcap * FLASHC_LOG2E_D);
+    k.softcap_log2 = (float)(p->softcap * FLASHC_LOG2E);
     k.alibi_slopes = p->alibi_slopes;
     k.alibi_batch_stride = p->alibi_batch_stride;
     k.alibi_head_stride = p->alibi_head_stride;

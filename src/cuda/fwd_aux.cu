@@ -8,7 +8,6 @@
 #include "fwd_seq.cuh"
 #include "ptx.cuh"
 
-#define FLASHC_LOG2E_F 1.4426950408889634f
 #define FLASHC_AUX_THREADS 128
 
 template <typename T>
@@ -99,7 +98,7 @@ __global__ void flashc_dmask_kernel(const flashc_fwd_params p, const flashc_scor
                  head_k * p.k_head_stride;
     float alibi_slope_log2 = 0.0f;
     if (p.alibi_slopes)
-        alibi_slope_log2 = p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * FLASHC_LOG2E_F;
+        alibi_slope_log2 = p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * (float)FLASHC_LOG2E;
     if (row < seq.sq) {
         const T *q = reinterpret_cast<const T *>(p.q) + batch * p.q_batch_stride +
                      (seq.q_start + row) * p.q_row_stride + head * p.q_head_stride;

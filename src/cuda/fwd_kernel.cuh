@@ -37,9 +37,6 @@
 #include "fwd_tile_io.cuh"
 #include "ptx.cuh"
 
-#define FLASHC_LOG2E 1.4426950408889634f
-#define FLASHC_LN2 0.6931471805599453f
-
 /* Shared memory of one CTA: Q, K and V tiles. */
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N>
 constexpr int flashc_fwd_smem_bytes() {
@@ -215,7 +212,7 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
 
     float alibi_slope_log2 = 0.0f;
     if (GENERAL && p.alibi_slopes)
-        alibi_slope_log2 = p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * FLASHC_LOG2E;
+        alibi_slope_log2 = p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * (float)FLASHC_LOG2E;
     const float score_to_log2 = GENERAL ? 1.0f : p.scale_log2;
 
     flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS>(sQ, q, p.q_row_stride, rows, p.head_dim);
@@ -309,7 +306,7 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
             }
             if (lse && lane % 4 == 0)
                 lse[row * p.lse_row_stride] =
-                    sum > 0.0f ? (st.row_max[r] + log2f(sum)) * FLASHC_LN2 : INFINITY;
+                    sum > 0.0f ? (st.row_max[r] + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
         }
 }
 

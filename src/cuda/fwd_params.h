@@ -7,6 +7,11 @@
 
 #include <stdint.h>
 
+/* log2(e) and ln(2): scores move to the log2 domain so the softmax uses
+ * ex2. One definition for the host (double) and the kernels (float). */
+#define FLASHC_LOG2E 1.4426950408889634
+#define FLASHC_LN2 0.6931471805599453
+
 typedef struct flashc_fwd_params {
     const void *q, *k, *v;
     void *out;
