@@ -102,16 +102,6 @@ static flashc_fwd_params make_fwd_params(const flashc_problem *p) {
     return k;
 }
 
-/* The smallest compiled head dim that holds both d and dv. */
-static cudaError_t run_forward_kernel(const flashc_fwd_params *k, void *stream, int is_bf16, int general) {
-    const int d = k->head_dim > k->head_dim_v ? k->head_dim : k->head_dim_v;
-#define FLASHC_TRY_CONFIG(HEAD_DIM, BM, BN, BNG, W, C, EK) \
-    if (d <= HEAD_DIM) return flashc_fwd_run_hdim##HEAD_DIM(k, stream, is_bf16, general);
-    FLASHC_FWD_CONFIGS(FLASHC_TRY_CONFIG)
-#undef FLASHC_TRY_CONFIG
-    return cudaErrorInvalidValue; /* unreachable: validation caps head dims at 256 */
-}
-
 /* Runs `body` with the problem's device current, then restores the caller's. */
 static flashc_status launch_on_device(int device, cudaError_t (*body)(const flashc_problem *),
                                       const flashc_problem *p) {
@@ -134,7 +124,7 @@ static cudaError_t forward_body(const flashc_problem *p) {
      * scale into the exponent, which is right only for a positive scale. */
     const int general =
         p->softcap > 0.0 || p->alibi_slopes != NULL || k.dropout_threshold != 0u || p->scale < 0.0;
-    cudaError_t err = run_forward_kernel(&k, p->stream, is_bf16, general);
+    cudaError_t err = flashc_fwd_dispatch(&k, p->stream, is_bf16, general);
     if (err == cudaSuccess && p->is_varlen) err = flashc_fwd_fill_outside_rows(&k, is_bf16, p->stream);
     if (err == cudaSuccess && p->s_dmask.data) err = flashc_fwd_write_dmask(&k, &p->s_dmask, is_bf16, p->stream);
     return err;

@@ -14,6 +14,9 @@
 FLASHC_FWD_CONFIGS(FLASHC_FWD_DECLARE_RUN)
 #undef FLASHC_FWD_DECLARE_RUN
 
+/* Runs the forward kernel that fits the problem's head dims. */
+cudaError_t flashc_fwd_dispatch(const flashc_fwd_params *p, void *stream, int is_bf16, int general);
+
 /* Varlen: packed rows before the first or after the last sequence see no
  * key: out 0, LSE +inf (as on the CPU). */
 cudaError_t flashc_fwd_fill_outside_rows(const flashc_fwd_params *p, int is_bf16, void *stream);
