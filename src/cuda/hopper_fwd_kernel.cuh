@@ -1,0 +1,300 @@
+/* The Hopper forward kernel (sm_90a): the same algorithm as fwd_kernel.cuh,
+ * with the two GEMMs on wgmma and the tiles brought in by TMA.
+ *
+ * One CTA computes 128 query rows of one (batch, head) in three warpgroups:
+ *   - warpgroup 0, the producer: one lane issues every TMA copy: Q once,
+ *     then K and V blocks into a two-stage ring, each stage refilled as
+ *     soon as both consumers released it (mbarriers, no CTA-wide barrier in
+ *     the loop). It gives most of its registers to the consumers;
+ *   - warpgroups 1 and 2, the consumers, each owning 64 rows. Per
+ *     key block: S = Q K^T (wgmma, both operands in shared memory), mask
+ *     and online softmax on the accumulators, O += P V (wgmma, P from
+ *     registers, V read transposed from shared memory).
+ * Key blocks are walked last to first, as in the portable kernel, so the
+ * one block the causal diagonal or the sequence end cuts comes first. The
+ * fragment code (mask, logit rule, softmax, dropout, P packing) is the
+ * portable kernel's: a wgmma m64nN accumulator is, per warp, the mma.sync
+ * m16n8 layout repeated N/8 times (hopper_ptx.cuh).
+ *
+ * Tiles out of range arrive as zeros from TMA except where a varlen or
+ * seqused_k sequence ends inside the packed tensor: the rows past it belong
+ * to other data, which masking hides from S, but P V would still multiply
+ * them by 0 (NaN there would leak), so those V rows are zeroed in shared
+ * memory first. */
+#ifndef FLASHC_CUDA_HOPPER_FWD_KERNEL_CUH
+#define FLASHC_CUDA_HOPPER_FWD_KERNEL_CUH
+
+#include <math.h>
+
+#include "../core/semantics.h"
+#include "fwd_dropout.cuh"
+#include "fwd_kernel.cuh"
+#include "fwd_mask.cuh"
+#include "fwd_params.h"
+#include "fwd_seq.cuh"
+#include "fwd_softmax.cuh"
+#include "hopper_fwd.h"
+#include "hopper_ptx.cuh"
+
+/* Shared memory: Q, then K and V for each stage, then the mbarriers; every
+ * tile 1024-byte aligned (plus slack to align the base). */
+template <int HEAD_DIM, int BLOCK_N>
+struct flashc_hopper_fwd_smem {
+    static constexpr int Q_BYTES = FLASHC_HOPPER_BLOCK_M * HEAD_DIM * 2;
+    static constexpr int KV_BYTES = BLOCK_N * HEAD_DIM * 2;
+    static constexpr int K_OFFSET = Q_BYTES;
+    static constexpr int V_OFFSET = K_OFFSET + FLASHC_HOPPER_STAGES * KV_BYTES;
+    static constexpr int BARRIER_OFFSET = V_OFFSET + FLASHC_HOPPER_STAGES * KV_BYTES;
+    /* q_full, k_full[S], v_full[S], k_empty[S], v_empty[S] */
+    static constexpr int BARRIERS = 1 + 4 * FLASHC_HOPPER_STAGES;
+    static constexpr int BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
+
+    /* Shared addresses, from the 1024-aligned base. */
+    static __device__ uint32_t k_tile(uint32_t base, int s) { return base + K_OFFSET + s * KV_BYTES; }
+    static __device__ uint32_t v_tile(uint32_t base, int s) { return base + V_OFFSET + s * KV_BYTES; }
+    static __device__ uint32_t q_full(uint32_t base) { return base + BARRIER_OFFSET; }
+    static __device__ uint32_t k_full(uint32_t base, int s) { return q_full(base) + 8 * (1 + s); }
+    static __device__ uint32_t v_full(uint32_t base, int s) { return k_full(base, FLASHC_HOPPER_STAGES + s); }
+    static __device__ uint32_t k_empty(uint32_t base, int s) { return v_full(base, FLASHC_HOPPER_STAGES + s); }
+    static __device__ uint32_t v_empty(uint32_t base, int s) { return k_empty(base, FLASHC_HOPPER_STAGES + s); }
+};
+
+/* S = Q K^T for one warpgroup's 64 rows: HEAD_DIM / 16 k-steps, the first
+ * overwriting the accumulators. k-step ks reads columns 16 ks.. of each
+ * row: 32-byte steps inside a 64-column block, then the next block. */
+template <typename T, int HEAD_DIM, int BLOCK_N>
+static __device__ __forceinline__ void flashc_hopper_gemm_qk(float *acc_s, uint32_t q_addr, uint32_t k_addr) {
+    flashc_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
+        const uint32_t step = (ks % 4) * 32;
+        const uint64_t desc_q = flashc_wgmma_desc(q_addr + step + (ks / 4) * FLASHC_HOPPER_BLOCK_M * 128, 16);
+        const uint64_t desc_k = flashc_wgmma_desc(k_addr + step + (ks / 4) * BLOCK_N * 128, 16);
+        flashc_wgmma_ss<T, BLOCK_N>(acc_s, desc_q, desc_k, ks > 0);
+    }
+    flashc_wgmma_commit();
+    flashc_wgmma_wait<0>();
+    flashc_fence_registers<BLOCK_N / 2>(acc_s);
+}
+
+/* O += P V: BLOCK_N / 16 k-steps of 16 keys (16 rows of 128 bytes in every
+ * 64-column block of V; the blocks are BLOCK_N * 128 bytes apart). */
+template <typename T, int HEAD_DIM, int BLOCK_N>
+static __device__ __forceinline__ void flashc_hopper_gemm_pv(float *acc_o, const uint32_t (&p)[BLOCK_N / 16][4],
+                                                             uint32_t v_addr) {
+    flashc_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BLOCK_N / 16; ++ks)
+        flashc_wgmma_rs<T, HEAD_DIM>(acc_o, p[ks], flashc_wgmma_desc(v_addr + ks * 16 * 128, BLOCK_N * 128));
+    flashc_wgmma_commit();
+    flashc_wgmma_wait<0>();
+    flashc_fence_registers<HEAD_DIM / 2>(acc_o);
+}
+
+/* Zero rows [first_row, BLOCK_N) of a V stage (all consumer threads), then
+ * make the zeros visible to wgmma. */
+template <int HEAD_DIM, int BLOCK_N>
+static __device__ void flashc_hopper_zero_v_rows(unsigned char *v_stage, int first_row, int consumer_thread) {
+    constexpr int CHUNKS_PER_ROW = 128 / 16;
+    const int rows = BLOCK_N - first_row;
+    const int chunks = (HEAD_DIM / 64) * rows * CHUNKS_PER_ROW;
+    for (int c = consumer_thread; c < chunks; c += 128 * FLASHC_HOPPER_CONSUMER_WARPGROUPS) {
+        const int block = c / (rows * CHUNKS_PER_ROW), rest = c % (rows * CHUNKS_PER_ROW);
+        const int row = first_row + rest / CHUNKS_PER_ROW, chunk = rest % CHUNKS_PER_ROW;
+        *reinterpret_cast<uint4 *>(v_stage + block * BLOCK_N * 128 + row * 128 + chunk * 16) = make_uint4(0, 0, 0, 0);
+    }
+    flashc_fence_proxy_async();
+    flashc_named_barrier(1, 128 * FLASHC_HOPPER_CONSUMER_WARPGROUPS);
+}
+
+/* The producer: one thread issues Q, then K and V of every key block
+ * (last to first) into the stage ring, waiting for both consumers to
+ * release a stage before refilling it. */
+template <int HEAD_DIM, int BLOCK_N>
+static __device__ __forceinline__ void flashc_hopper_produce(const flashc_hopper_fwd_maps &maps,
+                                                             const flashc_fwd_params &p, const flashc_fwd_seq &seq,
+                                                             int batch, int head, int m0, int n_block_max,
+                                                             int n_iters, uint32_t base) {
+    typedef flashc_hopper_fwd_smem<HEAD_DIM, BLOCK_N> L;
+    const int head_k = head / (p.nheads / p.nheads_k);
+    /* varlen maps have one batch entry and count rows in the packed tensor */
+    const int map_batch = p.cu_seqlens_q ? 0 : batch;
+    flashc_mbarrier_expect_bytes(L::q_full(base), L::Q_BYTES);
+#pragma unroll
+    for (int cb = 0; cb < HEAD_DIM / 64; ++cb)
+        flashc_tma_load_4d(base + cb * FLASHC_HOPPER_BLOCK_M * 128, &maps.q, 64 * cb, (int)(seq.q_start + m0), head,
+                           map_batch, L::q_full(base));
+    for (int it = 0; it < n_iters; ++it) {
+        const int s = it % FLASHC_HOPPER_STAGES;
+        const uint32_t phase = (it / FLASHC_HOPPER_STAGES) & 1;
+        const int key_row = (int)(seq.k_start + (int64_t)(n_block_max - 1 - it) * BLOCK_N);
+        flashc_mbarrier_wait(L::k_empty(base, s), phase ^ 1);
+        flashc_mbarrier_expect_bytes(L::k_full(base, s), L::KV_BYTES);
+#pragma unroll
+        for (int cb = 0; cb < HEAD_DIM / 64; ++cb)
+            flashc_tma_load_4d(L::k_tile(base, s) + cb * BLOCK_N * 128, &maps.k, 64 * cb, key_row, head_k, map_batch,
+                               L::k_full(base, s));
+        flashc_mbarrier_wait(L::v_empty(base, s), phase ^ 1);
+        flashc_mbarrier_expect_bytes(L::v_full(base, s), L::KV_BYTES);
+#pragma unroll
+        for (int cb = 0; cb < HEAD_DIM / 64; ++cb)
+            flashc_tma_load_4d(L::v_tile(base, s) + cb * BLOCK_N * 128, &maps.v, 64 * cb, key_row, head_k, map_batch,
+                               L::v_full(base, s));
+    }
+}
+
+/* A consumer warpgroup: its 64 rows against every key block, then the
+ * epilogue. */
+template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL>
+static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_params &p, const flashc_fwd_seq &seq,
+                                                             int batch, int head, int m0, int rows,
+                                                             int n_block_max, int n_iters, int warpgroup,
+                                                             int warp_in_group, int lane, unsigned char *smem,
+                                                             uint32_t base) {
+    constexpr int COL_ATOMS = BLOCK_N / 8;
+    constexpr int OUT_ATOMS = HEAD_DIM / 8;
+    typedef flashc_hopper_fwd_smem<HEAD_DIM, BLOCK_N> L;
+    const int shift = seq.sk - seq.sq;
+
+    const int warp_row0 = 64 * warpgroup + 16 * warp_in_group; /* this warp's first row in the block */
+    const int wg_m0 = m0 + 64 * warpgroup;
+    const int wg_rows = max(0, min(64, rows - 64 * warpgroup));
+    flashc_tile_pos pos;
+    pos.row0 = m0 + warp_row0 + lane / 4;
+    pos.shift = shift;
+    pos.sk = seq.sk;
+
+    float alibi_slope_log2 = 0.0f;
+    if (GENERAL && p.alibi_slopes)
+        alibi_slope_log2 =
+            p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * (float)FLASHC_LOG2E;
+    const float score_to_log2 = GENERAL ? 1.0f : p.scale_log2;
+
+    float acc_o[1][OUT_ATOMS][4];
+#pragma unroll
+    for (int d = 0; d < OUT_ATOMS; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[0][d][e] = 0.0f;
+    flashc_softmax_state<1> st;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        st.row_max[r] = -INFINITY;
+        st.row_sum[r] = 0.0f;
+    }
+
+    const uint32_t q_addr = base + warpgroup * 64 * 128;
+    flashc_mbarrier_wait(L::q_full(base), 0);
+    for (int it = 0; it < n_iters; ++it) {
+        const int s = it % FLASHC_HOPPER_STAGES;
+        const uint32_t phase = (it / FLASHC_HOPPER_STAGES) & 1;
+        const int n0 = (n_block_max - 1 - it) * BLOCK_N;
+
+        float acc_s[1][COL_ATOMS][4];
+        flashc_mbarrier_wait(L::k_full(base, s), phase);
+        flashc_hopper_gemm_qk<T, HEAD_DIM, BLOCK_N>(&acc_s[0][0][0], q_addr, L::k_tile(base, s));
+        if (lane == 0) flashc_mbarrier_arrive(L::k_empty(base, s));
+
+        pos.col0 = n0 + 2 * (lane % 4);
+        if (GENERAL) flashc_apply_logit_rule(acc_s, p, pos, alibi_slope_log2);
+        if (flashc_tile_needs_mask(wg_m0, max(wg_rows, 1), n0, BLOCK_N, seq.sk, shift, p.window_left,
+                                   p.window_right))
+            flashc_apply_mask(acc_s, pos, p.window_left, p.window_right);
+        flashc_softmax_update(st, acc_s, acc_o, score_to_log2);
+        if (GENERAL && p.dropout_threshold) flashc_apply_dropout(acc_s, p, batch, head, pos.row0, pos.col0);
+        uint32_t p_frag[1][COL_ATOMS / 2][4];
+        flashc_pack_p<T>(p_frag, acc_s);
+
+        flashc_mbarrier_wait(L::v_full(base, s), phase);
+        if (it == 0 && n0 + BLOCK_N > seq.sk)
+            flashc_hopper_zero_v_rows<HEAD_DIM, BLOCK_N>(smem + L::V_OFFSET + s * L::KV_BYTES, seq.sk - n0,
+                                                         threadIdx.x - 128);
+        flashc_hopper_gemm_pv<T, HEAD_DIM, BLOCK_N>(&acc_o[0][0][0], p_frag[0], L::v_tile(base, s));
+        if (lane == 0) flashc_mbarrier_arrive(L::v_empty(base, s));
+    }
+
+    /* Epilogue: O / rowsum (times the dropout rescale), LSE = m + log(sum). */
+    T *out = flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0);
+    float *lse = flashc_fwd_lse_rows(p, batch, head, seq.q_start + m0);
+    const float rescale = GENERAL ? p.dropout_rescale : 1.0f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const float sum = flashc_quad_sum(st.row_sum[half]);
+        const int row = warp_row0 + 8 * half + lane / 4;
+        if (row >= rows) continue;
+        const float inv = sum > 0.0f ? rescale / sum : 0.0f;
+        T *o_row = out + row * p.o_row_stride;
+#pragma unroll
+        for (int d = 0; d < OUT_ATOMS; ++d) {
+            const int col = 8 * d + 2 * (lane % 4);
+            if (col < p.head_dim_v)
+                *reinterpret_cast<uint32_t *>(o_row + col) =
+                    flashc_pack2<T>(acc_o[0][d][2 * half] * inv, acc_o[0][d][2 * half + 1] * inv);
+        }
+        if (lse && lane % 4 == 0)
+            lse[row * p.lse_row_stride] = sum > 0.0f ? (st.row_max[half] + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
+    }
+}
+
+template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL>
+__global__ void __launch_bounds__(FLASHC_HOPPER_THREADS, 1)
+    flashc_hopper_fwd_kernel(const __grid_constant__ flashc_hopper_fwd_maps maps, const flashc_fwd_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BLOCK_M = FLASHC_HOPPER_BLOCK_M;
+    typedef flashc_hopper_fwd_smem<HEAD_DIM, BLOCK_N> L;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t raw_addr = flashc_smem_addr(smem_raw);
+    const uint32_t base = (raw_addr + 1023u) & ~1023u;
+
+    /* Grid and visible keys: as in the portable kernel (heaviest row
+     * blocks first). */
+    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const int m_block = m_blocks - 1 - (int)(blockIdx.x % m_blocks);
+    const int head = (int)(blockIdx.x / m_blocks % p.nheads);
+    const int batch = (int)(blockIdx.x / m_blocks / p.nheads);
+    const flashc_fwd_seq seq = flashc_fwd_sequence(p, batch);
+    const int m0 = m_block * BLOCK_M;
+    if (m0 >= seq.sq) return;
+    const int rows = min(BLOCK_M, seq.sq - m0);
+    int64_t lo, hi, lo_last, hi_last;
+    flashc_visible_cols(m0, seq.sq, seq.sk, p.window_left, p.window_right, &lo, &hi);
+    flashc_visible_cols(m0 + rows - 1, seq.sq, seq.sk, p.window_left, p.window_right, &lo_last, &hi_last);
+    if (hi_last <= lo) {
+        flashc_write_empty_rows<T, FLASHC_HOPPER_THREADS>(
+            p, flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0),
+            flashc_fwd_lse_rows(p, batch, head, seq.q_start + m0), rows, p.lse_row_stride);
+        return;
+    }
+    const int n_block_min = (int)(lo / BLOCK_N);
+    const int n_block_max = (int)((hi_last + BLOCK_N - 1) / BLOCK_N);
+    const int n_iters = n_block_max - n_block_min;
+
+    if (threadIdx.x == 0) {
+        flashc_mbarrier_init(L::q_full(base), 1);
+        for (int s = 0; s < FLASHC_HOPPER_STAGES; ++s) {
+            flashc_mbarrier_init(L::k_full(base, s), 1);
+            flashc_mbarrier_init(L::v_full(base, s), 1);
+            /* every consumer warp releases a stage after its wgmma wait */
+            flashc_mbarrier_init(L::k_empty(base, s), 4 * FLASHC_HOPPER_CONSUMER_WARPGROUPS);
+            flashc_mbarrier_init(L::v_empty(base, s), 4 * FLASHC_HOPPER_CONSUMER_WARPGROUPS);
+        }
+        flashc_mbarrier_init_fence();
+    }
+    __syncthreads();
+
+    const int warp = threadIdx.x / 32;
+    if (warp < 4) {
+        flashc_setmaxnreg_dec<FLASHC_HOPPER_PRODUCER_REGISTERS>();
+        if (threadIdx.x == 0)
+            flashc_hopper_produce<HEAD_DIM, BLOCK_N>(maps, p, seq, batch, head, m0, n_block_max, n_iters, base);
+    } else {
+        flashc_setmaxnreg_inc<FLASHC_HOPPER_CONSUMER_REGISTERS>();
+        flashc_hopper_consume<T, HEAD_DIM, BLOCK_N, GENERAL>(p, seq, batch, head, m0, rows, n_block_max, n_iters,
+                                                             warp / 4 - 1, warp % 4, threadIdx.x % 32,
+                                                             smem_raw + (base - raw_addr), base);
+    }
+#else
+    __trap(); /* built without sm_90a: the dispatcher never launches this */
+#endif
+}
+
+#endif
