@@ -6,7 +6,11 @@ backends, on DESIGN.md's standard grid: bf16, hdim 64/128/256, nheads =
 FLOPs: forward 4*b*h*sq*sk*d, halved when causal; backward 2.5x that.
 Timing: CUDA events around each call, calls enqueued back to back on the
 current stream after warm-up runs, median of the repeats; where one set of
-tensors fits twice in L2, calls rotate over sets totalling 4x L2.
+tensors fits twice in L2, calls rotate over sets totalling 4x L2. Forward
+calls are also captured into a CUDA graph (the same calls, replayed): that
+time is the GPU's alone, without each library's per-call CPU cost, which
+exceeds the kernel time of small problems; the ratios use it, and the eager
+figures are printed beside them.
 
 All three read the same (batch, seqlen, heads, hdim) tensors: SDPA gets
 them as (batch, heads, seqlen, hdim) views, flash_attn's own layout.
@@ -280,6 +284,32 @@ def time_median(calls, warmup, repeat):
     return statistics.median(s.elapsed_time(e) for s, e in events) * 1e-3
 
 
+def time_graph(calls, warmup, repeat):
+    """Seconds of one call when `repeat` calls (rotating over the sets) are
+    captured into one CUDA graph: median over `warmup` + 5 replays, the first
+    `warmup` untimed."""
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(repeat):
+            calls[i % len(calls)]()
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3 / repeat)
+    del graph
+    return statistics.median(times)
+
+
 def forward_error(flashc, q, k, v, causal):
     """max |flashc - SDPA| / max |SDPA| of one forward: the speed only
     counts if flashc computes attention."""
@@ -359,7 +389,7 @@ def main():
         f"cuDNN {torch.backends.cudnn.version()}; flashc {flashc.version} via {flashc.name} ({flashc.path})",
         f"batch = {TOKENS}/seqlen, nheads = {WIDTH}/hdim; FLOPs fwd 4*b*h*s*s*d (/2 causal), bwd 2.5x; "
         f"CUDA events, median of {args.repeat} after {args.warmup} warm-up; inputs rotated over sets of 4x L2 "
-        "where one set fits in 2x L2",
+        "where one set fits in 2x L2; forward: the same calls captured in a CUDA graph (median of 5 replays)",
     ] + notes
     for line in header:
         print("# " + line, flush=True)
@@ -376,7 +406,7 @@ def main():
                 sets = make_sets(b, s, h, d, nsets, device, seed=d * 100003 + s)
                 for p in passes:
                     flops = fl if p == "fwd" else 2.5 * fl
-                    res, err = {}, float("nan")
+                    res, eager, err = {}, {}, float("nan")
                     for impl in impls:
                         try:
                             if impl == "flashc" and p == "fwd":
@@ -398,7 +428,11 @@ def main():
                             if calls is None:
                                 res[impl] = float("nan")
                                 continue
-                            res[impl] = time_median(calls, args.warmup, args.repeat)
+                            if p == "fwd":
+                                eager[impl] = time_median(calls, args.warmup, args.repeat)
+                                res[impl] = time_graph(calls, args.warmup, args.repeat)
+                            else:
+                                res[impl] = time_median(calls, args.warmup, args.repeat)
                         except Exception as e:  # a backend without a kernel for this case
                             print(f"# {impl} {p} hdim {d} seqlen {s} causal {int(causal)}: "
                                   f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
@@ -421,11 +455,16 @@ def main():
                                nsets=nsets, err=err,
                                **{f"{i}_ms": res[i] * 1e3 for i in impls},
                                **{f"{i}_tflops": tf[i] for i in impls})
+                    for i in impls:
+                        row[f"{i}_eager_tflops"] = (flops / eager[i] * 1e-12 if eager.get(i) and
+                                                    not math.isnan(eager[i]) else float("nan"))
                     row["ratio_flash"] = tf["flashc"] / tf["flash"] if tf["flash"] else float("nan")
                     row["ratio_cudnn"] = tf["flashc"] / tf["cudnn"] if tf["cudnn"] else float("nan")
                     rows.append(row)
                     print(f"  {p} hdim {d:3d} seqlen {s:5d} causal {int(causal)}: flashc {tf['flashc']:6.1f} "
-                          f"flash {tf['flash']:6.1f} cudnn {tf['cudnn']:6.1f} TFLOP/s", flush=True)
+                          f"flash {tf['flash']:6.1f} cudnn {tf['cudnn']:6.1f} TFLOP/s"
+                          + (" (graph); eager " + " ".join(f"{row[i + '_eager_tflops']:6.1f}" for i in impls)
+                             if p == "fwd" else ""), flush=True)
                 del sets
                 torch.cuda.empty_cache()
 
@@ -434,13 +473,19 @@ def main():
         sel = [r for r in rows if r["pass_"] == p]
         if not sel:
             continue
-        print(f"{'forward' if p == 'fwd' else 'backward'} TFLOP/s")
+        fwd = p == "fwd"
+        print("forward TFLOP/s (CUDA graph; eager: calls from Python one by one)" if fwd else "backward TFLOP/s")
         print(f"{'hdim':>4} {'seqlen':>6} {'causal':>6} | {'flashc':>7} {'flash':>7} {'cudnn':>7} | "
-              f"{'/flash':>7} {'/cudnn':>7}")
+              f"{'/flash':>7} {'/cudnn':>7}" + (f" | {'eager:':>7} {'flashc':>7} {'flash':>7} {'/flash':>7}"
+                                               if fwd else ""))
         for r in sel:
+            eager_cols = ""
+            if fwd:
+                ef, es = r["flashc_eager_tflops"], r["flash_eager_tflops"]
+                eager_cols = f" | {'':>7} {ef:7.1f} {es:7.1f} {(ef / es if es else float('nan')):7.3f}"
             print(f"{r['hdim']:4d} {r['seqlen']:6d} {('yes' if r['causal'] else 'no'):>6} | "
                   f"{r['flashc_tflops']:7.1f} {r['flash_tflops']:7.1f} {r['cudnn_tflops']:7.1f} | "
-                  f"{r['ratio_flash']:7.3f} {r['ratio_cudnn']:7.3f}")
+                  f"{r['ratio_flash']:7.3f} {r['ratio_cudnn']:7.3f}" + eager_cols)
         ok = [r for r in sel if not math.isnan(r["ratio_flash"]) and not math.isnan(r["ratio_cudnn"])]
         if ok:
             gm = lambda key: math.exp(sum(math.log(r[key]) for r in ok) / len(ok))
@@ -452,7 +497,7 @@ def main():
     if args.out:
         cols = ["hdim", "seqlen", "batch", "nheads", "causal", "pass_", "flashc_ms", "flashc_tflops",
                 "flash_ms", "flash_tflops", "cudnn_ms", "cudnn_tflops", "ratio_flash", "ratio_cudnn",
-                "err", "nsets"]
+                "flashc_eager_tflops", "flash_eager_tflops", "cudnn_eager_tflops", "err", "nsets"]
         with open(args.out, "w") as f:
             for line in header:
                 f.write("# " + line + "\n")

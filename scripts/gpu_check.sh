@@ -8,9 +8,10 @@
 #   ctest     every C test, test_cuda_forward with its output, and a
 #             default `flashc run` (GPU) checked against the reference:
 #             ctest.log
-#   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid)
-#             and on a small `flashc run`, racecheck on a few of its tests:
-#             sanitize.log
+#   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid,
+#             default kernels and the portable ones) and on a small `flashc
+#             run`; racecheck on small `flashc run` problems that reach each
+#             kernel family: sanitize.log
 #   sass      cuobjdump --dump-sass of libflashc.so: HMMA/HGMMA count per
 #             kernel, LDL/STL (local memory) in the forward kernels: sass.txt
 #   pytest    the Python package (pip install, reusing the build above; the
@@ -149,14 +150,24 @@ step_sanitize() {
         [ "$status" -ne 0 ] && rc=1
         NOTE[sanitize]+="$name: $( [ "$status" -eq 0 ] && echo clean || echo "status $status"); "
     }
-    FLASHC_TEST_QUICK=1 run_sanitizer "memcheck test_cuda_forward (quick)" 200 \
+    # On a Hopper GPU the plain problems take the Hopper kernels and the
+    # rest the portable ones; FLASHC_CUDA_FORWARD=portable sends all there.
+    FLASHC_TEST_QUICK=1 run_sanitizer "memcheck test_cuda_forward (quick)" 150 \
         --tool memcheck --leak-check no "$B/tests/test_cuda_forward"
-    FLASHC_TEST_QUICK=1 FLASHC_TEST_FILTER='features_alone' run_sanitizer \
-        "racecheck test_cuda_forward features_alone (quick)" 150 \
-        --tool racecheck --racecheck-report analysis "$B/tests/test_cuda_forward"
+    FLASHC_TEST_QUICK=1 FLASHC_CUDA_FORWARD=portable FLASHC_TEST_FILTER='features_alone' run_sanitizer \
+        "memcheck test_cuda_forward features_alone (quick, portable kernels)" 100 \
+        --tool memcheck --leak-check no "$B/tests/test_cuda_forward"
     run_sanitizer "memcheck flashc run (small, varlen, dropout)" 60 --tool memcheck \
         "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen \
         --dropout 0.1 --forward-only --quiet
+    local problem
+    for problem in "--hdim 128 --seqlen 300 --no-causal" "--hdim 64 --seqlen 200 --causal --varlen" \
+                   "--hdim 256 --seqlen 130 --kv-heads 2 --window 40,8" \
+                   "--hdim 64 --seqlen 150 --dropout 0.2 --alibi h" "--hdim 96 --seqlen 100 --softcap 20"; do
+        # shellcheck disable=SC2086
+        run_sanitizer "racecheck flashc run $problem" 60 --tool racecheck --racecheck-report analysis \
+            "$B/flashc" run --batch 2 --heads 4 $problem --forward-only --quiet
+    done
     return "$rc"
 }
 

@@ -9,6 +9,7 @@
 
 #include "fwd_kernel.cuh"
 #include "fwd_launch.h"
+#include "smem_optin.cuh"
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool EARLY_K_LOAD,
           bool GENERAL>
@@ -16,7 +17,8 @@ static cudaError_t flashc_fwd_launch(const flashc_fwd_params &p, cudaStream_t st
     auto kernel = flashc_fwd_kernel<T, HEAD_DIM, BLOCK_M, BLOCK_N, WARPS, CTAS_PER_SM, EARLY_K_LOAD, GENERAL>;
     constexpr int smem = flashc_fwd_smem_bytes<T, HEAD_DIM, BLOCK_M, BLOCK_N>();
     if (smem > 48 * 1024) {
-        cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        static unsigned long long smem_raised;
+        cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
         if (err != cudaSuccess) return err;
     }
     const long long m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;

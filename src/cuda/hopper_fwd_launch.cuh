@@ -9,6 +9,7 @@
 #include "hopper_fwd.h"
 #include "hopper_fwd_config.h"
 #include "hopper_fwd_kernel.cuh"
+#include "smem_optin.cuh"
 
 template <typename T, int HEAD_DIM, bool GENERAL>
 static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const flashc_hopper_fwd_maps &maps,
@@ -16,7 +17,8 @@ static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const fl
     constexpr int BLOCK_N = flashc_hopper_fwd_config<HEAD_DIM>::BLOCK_N;
     auto kernel = flashc_hopper_fwd_kernel<T, HEAD_DIM, BLOCK_N, GENERAL>;
     constexpr int smem = flashc_hopper_fwd_smem<HEAD_DIM, BLOCK_N>::BYTES;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    static unsigned long long smem_raised;
+    cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;
     const long long m_blocks = (p.seqlen_q + FLASHC_HOPPER_BLOCK_M - 1) / FLASHC_HOPPER_BLOCK_M;
     const long long blocks = m_blocks * p.nheads * p.batch;
