@@ -11,6 +11,8 @@ extern "C" {
 #include "../core/backend.h"
 #include "../core/error.h"
 }
+#include "bwd_launch.h"
+#include "bwd_workspace.h"
 #include "fwd_launch.h"
 
 extern "C" int flashc_cuda_device_count(void) {
@@ -136,14 +138,69 @@ extern "C" flashc_status flashc_cuda_forward(const flashc_problem *p) {
     return launch_on_device(p->device_index, forward_body, p);
 }
 
+/* ---- backward ------------------------------------------------------------ */
+
+static flashc_status check_backward_supported(const flashc_problem *p) {
+    flashc_status st = check_forward_supported(p);
+    if (st != FLASHC_SUCCESS) return st;
+    if ((st = check_rows_aligned("dout", &p->dout)) != FLASHC_SUCCESS) return st;
+    if ((st = check_rows_aligned("dq", &p->dq)) != FLASHC_SUCCESS) return st;
+    if ((st = check_rows_aligned("dk", &p->dk)) != FLASHC_SUCCESS) return st;
+    if ((st = check_rows_aligned("dv", &p->dv)) != FLASHC_SUCCESS) return st;
+    return FLASHC_SUCCESS;
+}
+
+static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_bwd_plan *plan,
+                                         const flashc_bwd_layout *L) {
+    flashc_bwd_params k;
+    k.fwd = make_fwd_params(p);
+    k.dout = p->dout.data;
+    k.do_batch_stride = p->dout.batch_stride, k.do_row_stride = p->dout.row_stride;
+    k.do_head_stride = p->dout.head_stride;
+    k.dlse = (const float *)p->dlse.data;
+    k.dlse_batch_stride = p->dlse.batch_stride, k.dlse_head_stride = p->dlse.head_stride;
+    k.dlse_row_stride = p->dlse.row_stride;
+    k.dq = p->dq.data;
+    k.dk = p->dk.data;
+    k.dv = p->dv.data;
+    k.dq_batch_stride = p->dq.batch_stride, k.dq_row_stride = p->dq.row_stride, k.dq_head_stride = p->dq.head_stride;
+    k.dk_batch_stride = p->dk.batch_stride, k.dk_row_stride = p->dk.row_stride, k.dk_head_stride = p->dk.head_stride;
+    k.dv_batch_stride = p->dv.batch_stride, k.dv_row_stride = p->dv.row_stride, k.dv_head_stride = p->dv.head_stride;
+    k.scale = (float)p->scale;
+    char *ws = (char *)p->workspace;
+    k.lse2 = (float *)(ws + L->lse2_offset);
+    k.dsum = (float *)(ws + L->dsum_offset);
+    k.dq_accum = (float *)(ws + L->dq_offset);
+    k.ws_rows = L->ws_rows;
+    k.dq_slice_stride = L->dq_slice_stride;
+    k.dq_slices = plan->dq_slices;
+    k.tile_m = plan->tile_m;
+    k.nchunks = plan->nchunks;
+    k.deterministic = p->deterministic != 0;
+    return k;
+}
+
+static cudaError_t backward_body(const flashc_problem *p) {
+    const flashc_bwd_plan plan = flashc_bwd_plan_of(p);
+    const flashc_bwd_layout L = flashc_bwd_layout_of(p, &plan);
+    if (L.bytes > p->workspace_bytes) return cudaErrorInvalidValue; /* unreachable: api.c checked the size */
+    const flashc_bwd_params k = make_bwd_params(p, &plan, &L);
+    const int is_bf16 = p->dtype == FLASHC_DTYPE_BFLOAT16;
+    cudaError_t err = flashc_bwd_preprocess(&k, is_bf16, p->stream);
+    if (err == cudaSuccess) err = flashc_bwd_dispatch(&k, p->stream, is_bf16, plan.head_dim);
+    if (err == cudaSuccess) err = flashc_bwd_convert_dq(&k, is_bf16, p->stream);
+    if (err == cudaSuccess && p->is_varlen) err = flashc_bwd_zero_unused_rows(&k, is_bf16, p->stream);
+    return err;
+}
+
+/* The same plan and layout as the launch (bwd_workspace.h). */
 extern "C" size_t flashc_cuda_backward_workspace_size(const flashc_problem *p) {
-    (void)p;
-    return 0;
+    const flashc_bwd_plan plan = flashc_bwd_plan_of(p);
+    return flashc_bwd_layout_of(p, &plan).bytes;
 }
 
 extern "C" flashc_status flashc_cuda_backward(const flashc_problem *p) {
-    (void)p;
-    return flashc_fail(FLASHC_ERROR_UNSUPPORTED,
-                       "dq: the CUDA backend has no backward pass in this version (run the backward on CPU "
-                       "tensors)");
+    flashc_status st = check_backward_supported(p);
+    if (st != FLASHC_SUCCESS) return st;
+    return launch_on_device(p->device_index, backward_body, p);
 }

@@ -1,0 +1,48 @@
+/* Tile shapes of the backward kernel, one per compiled head dim. A problem
+ * runs in the smallest configuration with HEAD_DIM >= max(d, dv), as in
+ * the forward (columns past d / dv are zero-filled and never stored).
+ *
+ * One CTA owns BLOCK_N keys of one (sequence, kv head) and walks BLOCK_M
+ * query rows at a time (BLOCK_M is the tile_m of every per-row workspace
+ * buffer). WARPS warps; each GEMM splits its output over them:
+ *   S = Q K^T, dP = dO V^T  [BLOCK_M x BLOCK_N]: S_WARPS_M x (WARPS / S_WARPS_M)
+ *   dV += P^T dO, dK += dS^T Q  [BLOCK_N x HEAD_DIM]: KV_WARPS_N x (WARPS / KV_WARPS_N)
+ *   dQ = dS K  [BLOCK_M x HEAD_DIM]: Q_WARPS_M x (WARPS / Q_WARPS_M), DQ_CHUNK columns at a time
+ * Register budget per thread (float32 accumulators): dK + dV =
+ * BLOCK_N * 2 * HEAD_DIM / (32 WARPS) live through the whole loop, S + dP =
+ * 2 BLOCK_M BLOCK_N / (32 WARPS), one dQ chunk = BLOCK_M DQ_CHUNK / (32 WARPS).
+ *
+ * Shared memory: K, V (BLOCK_N rows), Q and dO (BLOCK_M rows, two stages
+ * where the device has room, else one), P and dS (BLOCK_M x BLOCK_N, 16-bit),
+ * LSE and D rows. Rows padded by 16 bytes, as in the forward. */
+#ifndef FLASHC_CUDA_BWD_CONFIG_H
+#define FLASHC_CUDA_BWD_CONFIG_H
+
+#define FLASHC_BWD_CONFIGS(X)                                                      \
+    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK */ \
+    X(64, 64, 128, 8, 2, 4, 4, 32)                                                 \
+    X(96, 64, 128, 8, 2, 4, 4, 48)                                                 \
+    X(128, 64, 128, 8, 2, 4, 4, 32)                                                \
+    X(192, 64, 64, 8, 2, 2, 4, 32)                                                 \
+    X(256, 64, 64, 8, 2, 2, 4, 32)
+
+template <int HEAD_DIM>
+struct flashc_bwd_config;
+#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, KVWN, QWM, DQC)                   \
+    template <>                                                                        \
+    struct flashc_bwd_config<D> {                                                      \
+        static constexpr int BLOCK_M = BM, BLOCK_N = BN, WARPS = W;                    \
+        static constexpr int S_WARPS_M = SWM, KV_WARPS_N = KVWN, Q_WARPS_M = QWM;      \
+        static constexpr int DQ_CHUNK = DQC;                                           \
+    };
+FLASHC_BWD_CONFIGS(FLASHC_BWD_CONFIG_STRUCT)
+#undef FLASHC_BWD_CONFIG_STRUCT
+
+/* Shared memory of one CTA, in bytes, with `stages` buffers of Q, dO and
+ * their LSE / D rows. */
+#define FLASHC_BWD_SMEM_BYTES(head_dim, block_m, block_n, stages, elem_bytes)                        \
+    ((2 * (block_n) * ((head_dim) + 8) + (stages) * 2 * (block_m) * ((head_dim) + 8) +                \
+      2 * (block_m) * ((block_n) + 8)) * (elem_bytes) +                                              \
+     (stages) * 2 * (block_m) * 4)
+
+#endif

@@ -1,0 +1,118 @@
+/* The backward's last passes: dQ from its float32 accumulator (the slices
+ * summed in slice order, times the softmax scale, rounded to the output
+ * dtype) over the same tile_m-row tiles as the preprocess, and, for varlen
+ * problems, zeros on the packed rows no sequence covers (dq, dk, dv) and on
+ * keys past seqused_k (dk, dv). */
+#include "bwd_launch.h"
+#include "bwd_rows.cuh"
+#include "ptx.cuh"
+
+#define FLASHC_BWD_CONVERT_THREADS 128
+
+template <typename T>
+__global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert_dq_kernel(const flashc_bwd_params p) {
+    const int tile_m = p.tile_m;
+    const int m_blocks = (p.fwd.seqlen_q + tile_m - 1) / tile_m;
+    const int m_block = (int)(blockIdx.x % m_blocks);
+    const int head = (int)(blockIdx.x / m_blocks % p.fwd.nheads);
+    const int batch = (int)(blockIdx.x / m_blocks / p.fwd.nheads);
+    const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
+    const int m0 = m_block * tile_m;
+    if (m0 >= seq.sq) return;
+    const int rows = min(tile_m, seq.sq - m0);
+    const int64_t ws_row = flashc_bwd_ws_row0(p, batch, seq, tile_m) + m0;
+    const float *acc = p.dq_accum + (head * p.ws_rows + ws_row) * p.fwd.head_dim;
+    const int octets = p.fwd.head_dim / 8;
+    for (int idx = threadIdx.x; idx < rows * octets; idx += FLASHC_BWD_CONVERT_THREADS) {
+        const int r = idx / octets, c = 8 * (idx % octets);
+        const float *src = acc + (int64_t)r * p.fwd.head_dim + c;
+        float4 lo = *reinterpret_cast<const float4 *>(src), hi = *reinterpret_cast<const float4 *>(src + 4);
+        for (int s = 1; s < p.dq_slices; ++s) {
+            const float4 a = *reinterpret_cast<const float4 *>(src + s * p.dq_slice_stride);
+            const float4 b = *reinterpret_cast<const float4 *>(src + s * p.dq_slice_stride + 4);
+            lo.x += a.x, lo.y += a.y, lo.z += a.z, lo.w += a.w;
+            hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
+        }
+        const float k = p.scale;
+        uint4 out;
+        out.x = flashc_pack2<T>(lo.x * k, lo.y * k);
+        out.y = flashc_pack2<T>(lo.z * k, lo.w * k);
+        out.z = flashc_pack2<T>(hi.x * k, hi.y * k);
+        out.w = flashc_pack2<T>(hi.z * k, hi.w * k);
+        T *dst = reinterpret_cast<T *>(p.dq) + batch * p.dq_batch_stride + (seq.q_start + m0 + r) * p.dq_row_stride +
+                 head * p.dq_head_stride + c;
+        *reinterpret_cast<uint4 *>(dst) = out;
+    }
+}
+
+cudaError_t flashc_bwd_convert_dq(const flashc_bwd_params *p, int is_bf16, void *stream) {
+    const long long m_blocks = (p->fwd.seqlen_q + p->tile_m - 1) / p->tile_m;
+    const long long blocks = m_blocks * p->fwd.nheads * p->fwd.batch;
+    if (blocks == 0) return cudaSuccess;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (is_bf16)
+        flashc_bwd_convert_dq_kernel<__nv_bfloat16><<<(unsigned)blocks, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
+    else
+        flashc_bwd_convert_dq_kernel<__half><<<(unsigned)blocks, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
+    return cudaGetLastError();
+}
+
+/* ---- varlen rows no sequence covers --------------------------------------- */
+
+/* Zeros on packed rows [r0, r1) of one gradient, all heads, `width`
+ * elements each (a multiple of 8: 16-byte stores). */
+static __device__ void flashc_zero_rows(unsigned char *base, int64_t row_stride, int64_t head_stride, int heads,
+                                        int width, int64_t r0, int64_t r1, int elem_bytes) {
+    const int octets = width / 8;
+    const int64_t items = (r1 - r0) * heads * octets;
+    for (int64_t idx = threadIdx.x; idx < items; idx += FLASHC_BWD_CONVERT_THREADS) {
+        const int64_t row = r0 + idx / (heads * octets);
+        const int head = (int)(idx / octets % heads), c = 8 * (int)(idx % octets);
+        *reinterpret_cast<uint4 *>(base + (row * row_stride + head * head_stride + c) * elem_bytes) =
+            make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+/* blockIdx.x = b + 1 for b in [-1, batch]: the rows before the first
+ * sequence (b = -1), after sequence b's used keys (dk, dv), after the last
+ * sequence (b = batch). blockIdx.y: 0 dq, 1 dk, 2 dv. */
+__global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_zero_unused_kernel(const flashc_bwd_params p,
+                                                                                            int elem_bytes) {
+    const int b = (int)blockIdx.x - 1;
+    const int which = (int)blockIdx.y;
+    const bool queries = which == 0;
+    const int32_t *cu = queries ? p.fwd.cu_seqlens_q : p.fwd.cu_seqlens_k;
+    const int64_t total = queries ? p.fwd.total_q : p.fwd.total_k;
+    int64_t r0, r1;
+    if (b < 0) {
+        r0 = 0;
+        r1 = flashc_clamp64(cu[0], 0, total);
+    } else if (b == p.fwd.batch) {
+        r0 = flashc_clamp64(cu[p.fwd.batch], 0, total);
+        r1 = total;
+    } else {
+        if (queries) return; /* every query row of a sequence gets its dq */
+        const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, b);
+        r0 = seq.k_start + seq.sk;
+        r1 = flashc_clamp64(cu[b + 1], seq.k_start, total);
+    }
+    if (r1 <= r0) return;
+    if (which == 0)
+        flashc_zero_rows((unsigned char *)p.dq, p.dq_row_stride, p.dq_head_stride, p.fwd.nheads, p.fwd.head_dim, r0,
+                         r1, elem_bytes);
+    else if (which == 1)
+        flashc_zero_rows((unsigned char *)p.dk, p.dk_row_stride, p.dk_head_stride, p.fwd.nheads_k, p.fwd.head_dim,
+                         r0, r1, elem_bytes);
+    else
+        flashc_zero_rows((unsigned char *)p.dv, p.dv_row_stride, p.dv_head_stride, p.fwd.nheads_k,
+                         p.fwd.head_dim_v, r0, r1, elem_bytes);
+}
+
+cudaError_t flashc_bwd_zero_unused_rows(const flashc_bwd_params *p, int is_bf16, void *stream) {
+    (void)is_bf16; /* both 16-bit: only the element size matters */
+    if (!p->fwd.cu_seqlens_q) return cudaSuccess;
+    dim3 grid((unsigned)(p->fwd.batch + 2), 3);
+    flashc_bwd_zero_unused_kernel<<<grid, FLASHC_BWD_CONVERT_THREADS, 0, (cudaStream_t)stream>>>(*p, 2);
+    return cudaGetLastError();
+}

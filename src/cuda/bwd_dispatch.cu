@@ -1,0 +1,11 @@
+/* The backward's choice of kernel: the configuration the plan picked
+ * (bwd_workspace.h: the smallest compiled head dim that holds d and dv). */
+#include "bwd_launch.h"
+
+cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config) {
+#define FLASHC_BWD_TRY_CONFIG(HEAD_DIM, BM, BN, W, SWM, KVWN, QWM, DQC) \
+    if (head_dim_config == HEAD_DIM) return flashc_bwd_run_hdim##HEAD_DIM(p, stream, is_bf16);
+    FLASHC_BWD_CONFIGS(FLASHC_BWD_TRY_CONFIG)
+#undef FLASHC_BWD_TRY_CONFIG
+    return cudaErrorInvalidValue; /* unreachable: the plan picks a compiled configuration */
+}

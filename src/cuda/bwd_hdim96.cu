@@ -1,0 +1,4 @@
+/* Backward kernels for head dims up to 96 (tile shape: bwd_config.h). */
+#include "bwd_launch.cuh"
+
+FLASHC_BWD_DEFINE_RUN(96)

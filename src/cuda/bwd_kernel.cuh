@@ -1,0 +1,283 @@
+/* The backward kernel (FlashAttention-2 schedule on mma.sync, sm_80+).
+ *
+ * One CTA owns BLOCK_N keys of one (sequence, kv head), with K and V in
+ * shared memory and dK, dV accumulating in registers, and walks every query
+ * head of the kv head's group and every BLOCK_M-row query block that sees
+ * any of its keys:
+ *
+ *   wait Q, dO, LSE, D [it]; barrier           (A)
+ *   start loading Q, dO, LSE, D [it + 1]       (two stages; one stage: at the end)
+ *   S = Q K^T, dP = dO V^T                     (float32 fragments)
+ *   P, dropout, dS -> sP, sdS (16-bit)         (bwd_scores.cuh)
+ *   barrier                                    (B)
+ *   dV += Pd^T dO, dK += dS^T Q                (A operands from sP / sdS, transposed)
+ *   dQ = dS K, added into the float32 accumulator, DQ_CHUNK columns at a time
+ *
+ * Barrier (A) also orders iteration it - 1's reads of sP, sdS and the other
+ * Q / dO stage before this iteration overwrites them. The epilogue writes
+ * dK * scale and dV from the registers; the CTA's sums run in a fixed order,
+ * so dK and dV are bitwise reproducible. dQ: atomics into slice 0, or
+ * (deterministic) this CTA's own slice, which only it writes, in program
+ * order. */
+#ifndef FLASHC_CUDA_BWD_KERNEL_CUH
+#define FLASHC_CUDA_BWD_KERNEL_CUH
+
+#include <math.h>
+
+#include "../core/semantics.h"
+#include "bwd_config.h"
+#include "bwd_gemm.cuh"
+#include "bwd_params.h"
+#include "bwd_rows.cuh"
+#include "bwd_scores.cuh"
+#include "fwd_mask.cuh"
+#include "fwd_seq.cuh"
+#include "fwd_tile_io.cuh"
+#include "ptx.cuh"
+
+/* Query rows [*first, *last] of a sequence (sq queries, sk keys) that see
+ * any of the keys [n0, n1); *first > *last when none does. Inverts the
+ * visibility rule of flashc_visible_cols: row i sees key j iff
+ * j - shift - window_right <= i <= j - shift + window_left. */
+static __device__ __forceinline__ void flashc_bwd_rows_seeing(int n0, int n1, int sq, int sk, int window_left,
+                                                              int window_right, int *first, int *last) {
+    const int shift = sk - sq;
+    long long lo = 0, hi = (long long)sq - 1;
+    if (window_right >= 0) lo = max(lo, (long long)n0 - shift - window_right);
+    if (window_left >= 0) hi = min(hi, (long long)n1 - 1 - shift + window_left);
+    lo = max(lo, 0LL);
+    if (lo > hi) { /* empty (also when lo >= sq or hi < 0) */
+        *first = 0;
+        *last = -1;
+        return;
+    }
+    *first = (int)lo;
+    *last = (int)hi;
+}
+
+template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,
+          int Q_WARPS_M, int DQ_CHUNK>
+__global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_bwd_params p, int stages) {
+    constexpr int THREADS = WARPS * 32;
+    constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM); /* Q, dO, K, V rows (elements) */
+    constexpr int SP = BLOCK_N + 8;               /* P, dS rows (elements) */
+    constexpr int SD_BYTES = SD * (int)sizeof(T), SP_BYTES = SP * (int)sizeof(T);
+
+    /* S, dP: warp tile S_ROWS x S_COLS */
+    constexpr int S_WARPS_N = WARPS / S_WARPS_M;
+    constexpr int S_ROWS = BLOCK_M / S_WARPS_M, S_COLS = BLOCK_N / S_WARPS_N;
+    constexpr int S_ROW_ATOMS = S_ROWS / 16, S_COL_ATOMS = S_COLS / 8;
+    /* dK, dV: warp tile KV_KEYS x KV_DIMS */
+    constexpr int KV_WARPS_D = WARPS / KV_WARPS_N;
+    constexpr int KV_KEYS = BLOCK_N / KV_WARPS_N, KV_DIMS = HEAD_DIM / KV_WARPS_D;
+    constexpr int KV_ROW_ATOMS = KV_KEYS / 16, KV_COL_ATOMS = KV_DIMS / 8;
+    /* dQ: warp tile Q_ROWS x Q_DIMS, DQ_CHUNK columns at a time */
+    constexpr int Q_WARPS_D = WARPS / Q_WARPS_M;
+    constexpr int Q_ROWS = BLOCK_M / Q_WARPS_M, Q_DIMS = HEAD_DIM / Q_WARPS_D;
+    constexpr int Q_ROW_ATOMS = Q_ROWS / 16, DQ_COL_ATOMS = DQ_CHUNK / 8;
+    static_assert(S_ROWS % 16 == 0 && S_COLS % 16 == 0, "S warp tiles of whole 16 x 16 atoms");
+    static_assert(KV_KEYS % 16 == 0 && KV_DIMS % 16 == 0, "dK / dV warp tiles of whole 16 x 16 atoms");
+    static_assert(Q_ROWS % 16 == 0 && Q_DIMS % DQ_CHUNK == 0 && DQ_CHUNK % 16 == 0, "dQ warp tiles");
+    static_assert(BLOCK_M % 4 == 0 && BLOCK_M / 2 <= THREADS, "LSE / D rows load as 16-byte chunks, one per thread");
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *sK = reinterpret_cast<T *>(smem);
+    T *sV = sK + BLOCK_N * SD;
+    T *sP = sV + BLOCK_N * SD;
+    T *sdS = sP + BLOCK_M * SP;
+    T *sQ0 = sdS + BLOCK_M * SP; /* stage s: sQ0 + s * 2 * BLOCK_M * SD, dO right after its Q */
+    float *sRows0 = reinterpret_cast<float *>(sQ0 + stages * 2 * BLOCK_M * SD); /* stage s: LSE2, D */
+
+    const int chunk = (int)(blockIdx.x % p.nchunks);
+    const int head_k = (int)(blockIdx.x / p.nchunks % p.fwd.nheads_k);
+    const int batch = (int)(blockIdx.x / p.nchunks / p.fwd.nheads_k);
+    const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
+    const int group = p.fwd.nheads / p.fwd.nheads_k;
+    const int shift = seq.sk - seq.sq;
+    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, BLOCK_M);
+    float *dq_accum = p.dq_accum + (p.deterministic ? (int64_t)chunk * p.dq_slice_stride : 0);
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int s_row0 = (warp / S_WARPS_N) * S_ROWS, s_col0 = (warp % S_WARPS_N) * S_COLS;
+    const int kv_key0 = (warp / KV_WARPS_D) * KV_KEYS, kv_dim0 = (warp % KV_WARPS_D) * KV_DIMS;
+    const int q_row0 = (warp / Q_WARPS_D) * Q_ROWS, q_dim0 = (warp % Q_WARPS_D) * Q_DIMS;
+
+    const T *k_seq = reinterpret_cast<const T *>(p.fwd.k) + batch * p.fwd.k_batch_stride +
+                     seq.k_start * p.fwd.k_row_stride + head_k * p.fwd.k_head_stride;
+    const T *v_seq = reinterpret_cast<const T *>(p.fwd.v) + batch * p.fwd.v_batch_stride +
+                     seq.k_start * p.fwd.v_row_stride + head_k * p.fwd.v_head_stride;
+
+    for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
+        const int n0 = n_block * BLOCK_N;
+        const int keys = min(BLOCK_N, seq.sk - n0);
+        int first_row, last_row;
+        flashc_bwd_rows_seeing(n0, n0 + keys, seq.sq, seq.sk, p.fwd.window_left, p.fwd.window_right, &first_row,
+                               &last_row);
+        const int m_first = first_row / BLOCK_M;
+        const int m_count = last_row >= first_row ? last_row / BLOCK_M - m_first + 1 : 0;
+        const int iters = group * m_count;
+
+        float acc_dk[KV_ROW_ATOMS][KV_COL_ATOMS][4], acc_dv[KV_ROW_ATOMS][KV_COL_ATOMS][4];
+        flashc_zero_acc(acc_dk);
+        flashc_zero_acc(acc_dv);
+
+        /* Queue the loads of iteration `it` into stage `stage`: Q and dO
+         * (rows past the sequence zero-filled), LSE2 and D rows (the
+         * preprocess wrote the whole tile, +inf / 0 past the sequence). */
+        auto load_iteration = [&](int it, int stage) {
+            const int head = head_k * group + it / m_count;
+            const int m0 = (m_first + it % m_count) * BLOCK_M;
+            const int rows = min(BLOCK_M, seq.sq - m0);
+            T *sQ = sQ0 + stage * 2 * BLOCK_M * SD;
+            T *sdO = sQ + BLOCK_M * SD;
+            float *sRows = sRows0 + stage * 2 * BLOCK_M;
+            const T *q = reinterpret_cast<const T *>(p.fwd.q) + batch * p.fwd.q_batch_stride +
+                         (seq.q_start + m0) * p.fwd.q_row_stride + head * p.fwd.q_head_stride;
+            const T *dout = reinterpret_cast<const T *>(p.dout) + batch * p.do_batch_stride +
+                            (seq.q_start + m0) * p.do_row_stride + head * p.do_head_stride;
+            flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS>(sQ, q, p.fwd.q_row_stride, rows, p.fwd.head_dim);
+            flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS>(sdO, dout, p.do_row_stride, rows,
+                                                                 p.fwd.head_dim_v);
+            constexpr int ROW_CHUNKS = BLOCK_M / 4; /* 16-byte chunks of one row buffer */
+            if (threadIdx.x < 2 * ROW_CHUNKS) {
+                const int which = threadIdx.x / ROW_CHUNKS, c = threadIdx.x % ROW_CHUNKS;
+                const float *src = (which ? p.dsum : p.lse2) + head * p.ws_rows + ws_row0 + m0 + 4 * c;
+                flashc_cp_async16(flashc_smem_addr(sRows + which * BLOCK_M + 4 * c), src, true);
+            }
+            flashc_cp_async_commit();
+        };
+
+        __syncthreads(); /* the previous key block's reads of sK / sV are done */
+        if (iters > 0) {
+            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, k_seq + n0 * p.fwd.k_row_stride,
+                                                                 p.fwd.k_row_stride, keys, p.fwd.head_dim);
+            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sV, v_seq + n0 * p.fwd.v_row_stride,
+                                                                 p.fwd.v_row_stride, keys, p.fwd.head_dim_v);
+            load_iteration(0, 0); /* commits K, V and iteration 0 as one group */
+        }
+
+        const uint32_t sK_addr = flashc_smem_addr(sK), sV_addr = flashc_smem_addr(sV);
+        const uint32_t sP_addr = flashc_smem_addr(sP), sdS_addr = flashc_smem_addr(sdS);
+        for (int it = 0; it < iters; ++it) {
+            const int stage = stages == 2 ? (it & 1) : 0;
+            const int head = head_k * group + it / m_count;
+            const int m0 = (m_first + it % m_count) * BLOCK_M;
+            T *sQ = sQ0 + stage * 2 * BLOCK_M * SD;
+            T *sdO = sQ + BLOCK_M * SD;
+            const float *sRows = sRows0 + stage * 2 * BLOCK_M;
+            const uint32_t sQ_addr = flashc_smem_addr(sQ), sdO_addr = flashc_smem_addr(sdO);
+
+            flashc_cp_async_wait<0>();
+            __syncthreads(); /* (A) */
+            if (stages == 2 && it + 1 < iters) load_iteration(it + 1, stage ^ 1);
+
+            /* S = Q K^T, dP = dO V^T */
+            float acc_s[S_ROW_ATOMS][S_COL_ATOMS][4], acc_dp[S_ROW_ATOMS][S_COL_ATOMS][4];
+            flashc_zero_acc(acc_s);
+            flashc_zero_acc(acc_dp);
+            flashc_warp_gemm<T, false, false, S_ROW_ATOMS, S_COL_ATOMS / 2, HEAD_DIM / 16, SD_BYTES, SD_BYTES>(
+                acc_s, sQ_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES),
+                sK_addr + s_col0 * SD_BYTES + flashc_lane_offset_b<false>(lane, SD_BYTES));
+            flashc_warp_gemm<T, false, false, S_ROW_ATOMS, S_COL_ATOMS / 2, HEAD_DIM / 16, SD_BYTES, SD_BYTES>(
+                acc_dp, sdO_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES),
+                sV_addr + s_col0 * SD_BYTES + flashc_lane_offset_b<false>(lane, SD_BYTES));
+
+            /* P, dS -> shared memory */
+            {
+                float lse2[2 * S_ROW_ATOMS], dsum[2 * S_ROW_ATOMS];
+#pragma unroll
+                for (int r = 0; r < 2 * S_ROW_ATOMS; ++r) {
+                    const int row = s_row0 + 16 * (r / 2) + 8 * (r % 2) + g;
+                    lse2[r] = sRows[row];
+                    dsum[r] = sRows[BLOCK_M + row];
+                }
+                flashc_tile_pos pos;
+                pos.row0 = m0 + s_row0 + g;
+                pos.col0 = n0 + s_col0 + 2 * t;
+                pos.shift = shift;
+                pos.sk = seq.sk;
+                const bool masked = flashc_tile_needs_mask(m0, min(BLOCK_M, seq.sq - m0), n0, BLOCK_N, seq.sk, shift,
+                                                           p.fwd.window_left, p.fwd.window_right);
+                float alibi_slope_log2 = 0.0f;
+                if (p.fwd.alibi_slopes)
+                    alibi_slope_log2 =
+                        p.fwd.alibi_slopes[batch * p.fwd.alibi_batch_stride + head * p.fwd.alibi_head_stride] *
+                        (float)FLASHC_LOG2E;
+                const int at = (s_row0 + g) * SP + s_col0 + 2 * t;
+                flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP>(acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked,
+                                                                   alibi_slope_log2, batch, head, sP + at, sdS + at);
+            }
+            __syncthreads(); /* (B) */
+
+            /* dV += Pd^T dO, dK += dS^T Q */
+            flashc_warp_gemm<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, BLOCK_M / 16, SP_BYTES, SD_BYTES>(
+                acc_dv, sP_addr + kv_key0 * (int)sizeof(T) + flashc_lane_offset_a<true>(lane, SP_BYTES),
+                sdO_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES));
+            flashc_warp_gemm<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, BLOCK_M / 16, SP_BYTES, SD_BYTES>(
+                acc_dk, sdS_addr + kv_key0 * (int)sizeof(T) + flashc_lane_offset_a<true>(lane, SP_BYTES),
+                sQ_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES));
+
+            /* dQ += dS K, a chunk of columns at a time */
+            float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
+            const int rows_valid = seq.sq - m0;
+#pragma unroll 1
+            for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
+                const int dim0 = q_dim0 + c0;
+                if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
+                float acc_dq[Q_ROW_ATOMS][DQ_COL_ATOMS][4];
+                flashc_zero_acc(acc_dq);
+                flashc_warp_gemm<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, SP_BYTES, SD_BYTES>(
+                    acc_dq, sdS_addr + q_row0 * SP_BYTES + flashc_lane_offset_a<false>(lane, SP_BYTES),
+                    sK_addr + dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES));
+#pragma unroll
+                for (int i = 0; i < Q_ROW_ATOMS; ++i)
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const int row = q_row0 + 16 * i + 8 * half + g;
+                        if (row >= rows_valid) continue;
+#pragma unroll
+                        for (int j = 0; j < DQ_COL_ATOMS; ++j) {
+                            const int col = dim0 + 8 * j + 2 * t;
+                            if (col >= p.fwd.head_dim) continue;
+                            float *dst = dq_rows + (int64_t)row * p.fwd.head_dim + col;
+                            atomicAdd(dst, acc_dq[i][j][2 * half]);
+                            atomicAdd(dst + 1, acc_dq[i][j][2 * half + 1]);
+                        }
+                    }
+            }
+
+            if (stages == 1 && it + 1 < iters) {
+                __syncthreads(); /* every warp is done with the one stage */
+                load_iteration(it + 1, 0);
+            }
+        }
+
+        /* Epilogue: dK * scale and dV, straight from the fragments. Keys of
+         * the block no query row sees get zeros. */
+        T *dk = reinterpret_cast<T *>(p.dk) + batch * p.dk_batch_stride + (seq.k_start + n0) * p.dk_row_stride +
+                head_k * p.dk_head_stride;
+        T *dv = reinterpret_cast<T *>(p.dv) + batch * p.dv_batch_stride + (seq.k_start + n0) * p.dv_row_stride +
+                head_k * p.dv_head_stride;
+#pragma unroll
+        for (int i = 0; i < KV_ROW_ATOMS; ++i)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int key = kv_key0 + 16 * i + 8 * half + g;
+                if (key >= keys) continue;
+#pragma unroll
+                for (int j = 0; j < KV_COL_ATOMS; ++j) {
+                    const int col = kv_dim0 + 8 * j + 2 * t;
+                    if (col < p.fwd.head_dim)
+                        *reinterpret_cast<uint32_t *>(dk + key * p.dk_row_stride + col) = flashc_pack2<T>(
+                            acc_dk[i][j][2 * half] * p.scale, acc_dk[i][j][2 * half + 1] * p.scale);
+                    if (col < p.fwd.head_dim_v)
+                        *reinterpret_cast<uint32_t *>(dv + key * p.dv_row_stride + col) =
+                            flashc_pack2<T>(acc_dv[i][j][2 * half], acc_dv[i][j][2 * half + 1]);
+                }
+            }
+    }
+    flashc_cp_async_wait<0>();
+}
+
+#endif

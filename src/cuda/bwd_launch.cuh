@@ -1,0 +1,50 @@
+/* Launching the backward's main kernel for one configuration: two stages
+ * of Q / dO where the device's shared memory allows, else one; the grid is
+ * (key-block chunk, kv head, sequence), chunks fastest, so the CTAs of one
+ * kv head run together and share its Q and dO in L2, and under a causal
+ * mask the first key blocks (which the most query rows see) start first.
+ * Each bwd_hdim*.cu instantiates one configuration. */
+#ifndef FLASHC_CUDA_BWD_LAUNCH_CUH
+#define FLASHC_CUDA_BWD_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+
+#include "bwd_kernel.cuh"
+#include "bwd_launch.h"
+
+template <typename T, int HEAD_DIM>
+static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t stream) {
+    typedef flashc_bwd_config<HEAD_DIM> C;
+    auto kernel = flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS, C::S_WARPS_M, C::KV_WARPS_N,
+                                    C::Q_WARPS_M, C::DQ_CHUNK>;
+    /* the workspace was laid out with the tile the plan took from this
+     * configuration; anything else would read and write wrong rows */
+    if (p.tile_m != C::BLOCK_M) return cudaErrorInvalidValue;
+    const long long blocks = (long long)p.nchunks * p.fwd.nheads_k * p.fwd.batch;
+    if (blocks == 0) return cudaSuccess;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    int device = 0, optin = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess) return err;
+    int stages = 2;
+    int smem = FLASHC_BWD_SMEM_BYTES(HEAD_DIM, C::BLOCK_M, C::BLOCK_N, 2, (int)sizeof(T));
+    if (smem > optin) {
+        stages = 1;
+        smem = FLASHC_BWD_SMEM_BYTES(HEAD_DIM, C::BLOCK_M, C::BLOCK_N, 1, (int)sizeof(T));
+    }
+    if (smem > 48 * 1024) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (err != cudaSuccess) return err;
+    }
+    kernel<<<(unsigned)blocks, C::WARPS * 32, smem, stream>>>(p, stages);
+    return cudaGetLastError();
+}
+
+#define FLASHC_BWD_DEFINE_RUN(HEAD_DIM)                                                                      \
+    cudaError_t flashc_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, void *stream, int is_bf16) {       \
+        cudaStream_t s = (cudaStream_t)stream;                                                               \
+        return is_bf16 ? flashc_bwd_launch<__nv_bfloat16, HEAD_DIM>(*p, s) : flashc_bwd_launch<__half, HEAD_DIM>(*p, s); \
+    }
+
+#endif

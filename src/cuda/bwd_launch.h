@@ -1,0 +1,32 @@
+/* The backward's launch functions, called by backend.cu: the preprocess,
+ * the main kernel of each compiled head dim (bwd_config.h), the dQ
+ * conversion and the varlen rows no sequence covers. */
+#ifndef FLASHC_CUDA_BWD_LAUNCH_H
+#define FLASHC_CUDA_BWD_LAUNCH_H
+
+#include <cuda_runtime.h>
+
+#include "bwd_config.h"
+#include "bwd_params.h"
+
+#define FLASHC_BWD_DECLARE_RUN(HEAD_DIM, BM, BN, W, SWM, KVWN, QWM, DQC) \
+    cudaError_t flashc_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, void *stream, int is_bf16);
+FLASHC_BWD_CONFIGS(FLASHC_BWD_DECLARE_RUN)
+#undef FLASHC_BWD_DECLARE_RUN
+
+/* D = rowsum(dO * O) - dLSE and LSE * log2(e) of every row in p->tile_m-row
+ * tiles (+inf / 0 on the tiles' rows past the sequence), and zeros in every
+ * dQ slice over the same tiles. */
+cudaError_t flashc_bwd_preprocess(const flashc_bwd_params *p, int is_bf16, void *stream);
+
+/* The main kernel of the configuration with this HEAD_DIM. */
+cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config);
+
+/* dq = scale * (sum of the dQ slices, in slice order), in the output dtype. */
+cudaError_t flashc_bwd_convert_dq(const flashc_bwd_params *p, int is_bf16, void *stream);
+
+/* Varlen: dq rows outside every sequence, dk / dv rows outside every
+ * sequence or past seqused_k get zeros. */
+cudaError_t flashc_bwd_zero_unused_rows(const flashc_bwd_params *p, int is_bf16, void *stream);
+
+#endif

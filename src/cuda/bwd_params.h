@@ -1,0 +1,44 @@
+/* What the backward kernels receive: the forward's parameter block (inputs,
+ * shapes, varlen, logit rule, masks, dropout: the backward replays exactly
+ * the forward's scores) plus dO, dLSE, the gradients and the workspace.
+ * Filled once on the host by backend.cu. */
+#ifndef FLASHC_CUDA_BWD_PARAMS_H
+#define FLASHC_CUDA_BWD_PARAMS_H
+
+#include <stdint.h>
+
+#include "fwd_params.h"
+
+typedef struct flashc_bwd_params {
+    flashc_fwd_params fwd;          /* q, k, v, out, lse (read only here) */
+
+    const void *dout;
+    int64_t do_batch_stride, do_row_stride, do_head_stride;
+    const float *dlse;              /* NULL: no gradient flows into LSE */
+    int64_t dlse_batch_stride, dlse_head_stride, dlse_row_stride;
+    void *dq, *dk, *dv;
+    int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+    int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+
+    float scale;                    /* softmax scale: dK and dQ are scaled once, at the end */
+
+    /* Workspace (bwd_workspace.h): per-row buffers of ws_rows rows per
+     * head, laid out with flashc_padded_row_offset(first row, b, tile_m). */
+    float *lse2;                    /* [nheads][ws_rows] LSE * log2(e); +inf on padding rows */
+    float *dsum;                    /* [nheads][ws_rows] D = rowsum(dO * O) - dLSE; 0 on padding */
+    float *dq_accum;                /* [dq_slices][nheads][ws_rows][head_dim], unscaled dQ */
+    int64_t ws_rows;
+    int64_t dq_slice_stride;        /* floats between two slices */
+    int dq_slices;
+    int tile_m;                     /* the m-block of the main kernel: every kernel's row tile */
+
+    /* Key blocks: CTA c of a (sequence, kv head) owns key blocks c,
+     * c + nchunks, ... Deterministic: CTA c accumulates dQ in slice c
+     * (nobody else writes it); otherwise nchunks is the number of key
+     * blocks (one each) and every CTA adds into slice 0 with atomics. */
+    int nchunks;
+    int deterministic;
+} flashc_bwd_params;
+
+#endif

@@ -1,0 +1,104 @@
+/* The backward's preprocess: per query row, D = rowsum(dO * O) - dLSE and
+ * LSE * log2(e), written to the workspace over whole tile_m-row tiles (rows
+ * of a tile past the sequence get LSE2 = +inf and D = 0: the main kernel
+ * loads whole tiles, and those values make such rows contribute nothing),
+ * and zeros over the same tiles of every dQ slice. One CTA per
+ * (tile, head, sequence); a warp per row, 8 elements per lane. */
+#include <math.h>
+
+#include "bwd_launch.h"
+#include "bwd_rows.cuh"
+#include "ptx.cuh"
+
+#define FLASHC_BWD_PRE_THREADS 128
+
+/* Sum of the products of 8 packed 16-bit pairs. */
+static __device__ __forceinline__ float flashc_dot8(uint4 a, uint4 b, __half) {
+    const __half2 *x = reinterpret_cast<const __half2 *>(&a), *y = reinterpret_cast<const __half2 *>(&b);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 u = __half22float2(x[i]), v = __half22float2(y[i]);
+        s = fmaf(u.x, v.x, s);
+        s = fmaf(u.y, v.y, s);
+    }
+    return s;
+}
+
+static __device__ __forceinline__ float flashc_dot8(uint4 a, uint4 b, __nv_bfloat16) {
+    const __nv_bfloat162 *x = reinterpret_cast<const __nv_bfloat162 *>(&a);
+    const __nv_bfloat162 *y = reinterpret_cast<const __nv_bfloat162 *>(&b);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 u = __bfloat1622float2(x[i]), v = __bfloat1622float2(y[i]);
+        s = fmaf(u.x, v.x, s);
+        s = fmaf(u.y, v.y, s);
+    }
+    return s;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(FLASHC_BWD_PRE_THREADS) flashc_bwd_preprocess_kernel(const flashc_bwd_params p) {
+    const int tile_m = p.tile_m;
+    const int m_blocks = (p.fwd.seqlen_q + tile_m - 1) / tile_m;
+    const int m_block = (int)(blockIdx.x % m_blocks);
+    const int head = (int)(blockIdx.x / m_blocks % p.fwd.nheads);
+    const int batch = (int)(blockIdx.x / m_blocks / p.fwd.nheads);
+    const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
+    const int m0 = m_block * tile_m;
+    if (m0 >= seq.sq) return; /* past the sequence: another sequence's rows */
+    const int64_t ws_row = flashc_bwd_ws_row0(p, batch, seq, tile_m) + m0;
+    float *lse2 = p.lse2 + head * p.ws_rows + ws_row;
+    float *dsum = p.dsum + head * p.ws_rows + ws_row;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int r = warp; r < tile_m; r += FLASHC_BWD_PRE_THREADS / 32) {
+        if (m0 + r >= seq.sq) {
+            if (lane == 0) {
+                lse2[r] = INFINITY;
+                dsum[r] = 0.0f;
+            }
+            continue;
+        }
+        const int64_t row = seq.q_start + m0 + r;
+        const T *o = reinterpret_cast<const T *>(p.fwd.out) + batch * p.fwd.o_batch_stride + row * p.fwd.o_row_stride +
+                     head * p.fwd.o_head_stride;
+        const T *d_o = reinterpret_cast<const T *>(p.dout) + batch * p.do_batch_stride + row * p.do_row_stride +
+                       head * p.do_head_stride;
+        float acc = 0.0f;
+        for (int c = 8 * lane; c < p.fwd.head_dim_v; c += 256)
+            acc += flashc_dot8(*reinterpret_cast<const uint4 *>(o + c), *reinterpret_cast<const uint4 *>(d_o + c), T());
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (lane == 0) {
+            if (p.dlse)
+                acc -= p.dlse[batch * p.dlse_batch_stride + head * p.dlse_head_stride + row * p.dlse_row_stride];
+            const float lse = p.fwd.lse[batch * p.fwd.lse_batch_stride + head * p.fwd.lse_head_stride +
+                                        row * p.fwd.lse_row_stride];
+            lse2[r] = lse * (float)FLASHC_LOG2E; /* +inf (a row that sees no key) stays +inf */
+            dsum[r] = acc;
+        }
+    }
+
+    /* zeros over the tile in every dQ slice: tile_m * head_dim floats, contiguous */
+    const int64_t quads = (int64_t)tile_m * p.fwd.head_dim / 4;
+    for (int s = 0; s < p.dq_slices; ++s) {
+        float4 *acc = reinterpret_cast<float4 *>(p.dq_accum + s * p.dq_slice_stride +
+                                                 (head * p.ws_rows + ws_row) * p.fwd.head_dim);
+        for (int64_t i = threadIdx.x; i < quads; i += FLASHC_BWD_PRE_THREADS) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+cudaError_t flashc_bwd_preprocess(const flashc_bwd_params *p, int is_bf16, void *stream) {
+    const long long m_blocks = (p->fwd.seqlen_q + p->tile_m - 1) / p->tile_m;
+    const long long blocks = m_blocks * p->fwd.nheads * p->fwd.batch;
+    if (blocks == 0) return cudaSuccess;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (is_bf16)
+        flashc_bwd_preprocess_kernel<__nv_bfloat16><<<(unsigned)blocks, FLASHC_BWD_PRE_THREADS, 0, s>>>(*p);
+    else
+        flashc_bwd_preprocess_kernel<__half><<<(unsigned)blocks, FLASHC_BWD_PRE_THREADS, 0, s>>>(*p);
+    return cudaGetLastError();
+}

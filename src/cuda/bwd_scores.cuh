@@ -1,0 +1,87 @@
+/* From one warp's S = Q K^T and dP = dO V^T fragments (layout: fwd_mask.cuh)
+ * to the two 16-bit tiles the other GEMMs read from shared memory:
+ *
+ *   logit  = the forward's rule, same float formulas (softcap, ALiBi), log2 domain
+ *   P      = 2^(logit - LSE * log2 e)          0 where hidden, and on rows with LSE = +inf
+ *   dropout (the forward's Philox words):  Pd = P / (1 - p) where kept, else 0;
+ *                                          dPd = dP / (1 - p) where kept, else 0
+ *   dS     = P (dPd - D)  (softcap: times 1 - tanh^2, the derivative of its tanh)
+ *
+ * Pd goes to sP (the A operand of dV += Pd^T dO), dS to sdS (A of dK and
+ * dQ); both [query][key]. The softmax scale is left out of dS and applied
+ * once to dK and dQ. */
+#ifndef FLASHC_CUDA_BWD_SCORES_CUH
+#define FLASHC_CUDA_BWD_SCORES_CUH
+
+#include <math.h>
+
+#include "../core/semantics.h"
+#include "bwd_params.h"
+#include "fwd_mask.cuh"
+#include "ptx.cuh"
+
+/* lse2 / dsum: this thread's rows (index 2 * i + half: row g + 8 * half of
+ * row atom i). sP / sdS: this thread's element (row g, column 2 * (lane % 4))
+ * of the warp's tile. */
+template <typename T, int ROW_ATOMS, int COL_ATOMS, int TILE_ROW>
+static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_ATOMS][COL_ATOMS][4],
+                                                         const float (&dp)[ROW_ATOMS][COL_ATOMS][4],
+                                                         const float (&lse2)[2 * ROW_ATOMS],
+                                                         const float (&dsum)[2 * ROW_ATOMS],
+                                                         const flashc_fwd_params &p, flashc_tile_pos pos,
+                                                         bool masked, float alibi_slope_log2, int batch,
+                                                         int head, T *sP, T *sdS) {
+    const bool softcap = p.softcap_inv_scale != 0.0f;
+    const bool dropout = p.dropout_threshold != 0u;
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = 2 * i + half;
+            const int row = pos.row0 + 16 * i + 8 * half;
+            const int diag = row + pos.shift;
+            const int lo = p.window_left >= 0 ? diag - p.window_left : 0;
+            const int hi = p.window_right >= 0 ? min(diag + p.window_right + 1, pos.sk) : pos.sk;
+#pragma unroll
+            for (int j = 0; j < COL_ATOMS; ++j) {
+                const int col = pos.col0 + 8 * j;
+                bool keep[2] = {true, true};
+                if (dropout) {
+                    const flashc_philox_u32x4 w = flashc_dropout_words(p.dropout_seed, p.dropout_offset, batch,
+                                                                       p.nheads, head, row, col);
+                    const bool upper = (col & 2) != 0; /* columns 2,3 of the group of 4 */
+                    keep[0] = (upper ? w.z : w.x) >= p.dropout_threshold;
+                    keep[1] = (upper ? w.w : w.y) >= p.dropout_threshold;
+                }
+                float pd[2], ds[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float x = s[i][j][2 * half + e];
+                    float th = 0.0f, logit;
+                    if (softcap) {
+                        th = tanhf(x * p.softcap_inv_scale);
+                        logit = p.softcap_log2 * th;
+                    } else {
+                        logit = x * p.scale_log2;
+                    }
+                    if (alibi_slope_log2 != 0.0f)
+                        logit -= alibi_slope_log2 * (float)abs(row + pos.shift - (col + e));
+                    if (masked && (col + e < lo || col + e >= hi)) logit = -INFINITY;
+                    const float prob = flashc_exp2(logit - lse2[r]);
+                    float dpe = dp[i][j][2 * half + e];
+                    pd[e] = prob;
+                    if (dropout) {
+                        pd[e] = keep[e] ? prob * p.dropout_rescale : 0.0f;
+                        dpe = keep[e] ? dpe * p.dropout_rescale : 0.0f;
+                    }
+                    ds[e] = prob * (dpe - dsum[r]);
+                    if (softcap) ds[e] *= 1.0f - th * th;
+                }
+                const int at = (16 * i + 8 * half) * TILE_ROW + 8 * j;
+                *reinterpret_cast<uint32_t *>(sP + at) = flashc_pack2<T>(pd[0], pd[1]);
+                *reinterpret_cast<uint32_t *>(sdS + at) = flashc_pack2<T>(ds[0], ds[1]);
+            }
+        }
+}
+
+#endif

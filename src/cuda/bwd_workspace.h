@@ -1,0 +1,91 @@
+/* The CUDA backward's plan (which configuration, how key blocks are dealt
+ * to CTAs) and its workspace layout, shared by the size query and the
+ * launch so both always agree:
+ *
+ *   lse2      [nheads][ws_rows]                    float32  LSE * log2(e)
+ *   dsum      [nheads][ws_rows]                    float32  D = rowsum(dO * O) - dLSE
+ *   dq_accum  [dq_slices][nheads][ws_rows][d]      float32  dQ before the scale
+ *
+ * ws_rows = flashc_padded_rows(total_q, batch, tile_m): sequence b's rows
+ * start at flashc_padded_row_offset(first row of b, b, tile_m) (batched
+ * problems: first row b * seqlen_q), so the tile_m-row tiles of one
+ * sequence never reach the next one's rows. tile_m is the main kernel's
+ * BLOCK_M, taken from the configuration the plan picks, and passed to every
+ * kernel that touches these buffers. */
+#ifndef FLASHC_CUDA_BWD_WORKSPACE_H
+#define FLASHC_CUDA_BWD_WORKSPACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/problem.h"
+#include "../core/semantics.h"
+#include "bwd_config.h"
+
+/* Deterministic mode: aim for about this many CTAs (two per SM of an
+ * H100 / H200), each owning every nchunks-th key block of its (sequence,
+ * kv head) and its own dQ slice; at most this many bytes of slices. */
+#define FLASHC_BWD_DET_TARGET_CTAS 264
+#define FLASHC_BWD_DET_SLICES_CAP ((int64_t)1 << 30)
+
+typedef struct flashc_bwd_plan {
+    int head_dim;       /* the configuration's HEAD_DIM */
+    int tile_m;         /* its BLOCK_M */
+    int block_n;        /* its BLOCK_N */
+    int64_t key_blocks; /* ceil(seqlen_k / block_n), seqlen_k the bound on every sequence */
+    int nchunks;        /* key-block stride per CTA (= key_blocks unless deterministic) */
+    int dq_slices;      /* 1, or nchunks when deterministic */
+} flashc_bwd_plan;
+
+typedef struct flashc_bwd_layout {
+    int64_t ws_rows;
+    int64_t dq_slice_stride; /* floats */
+    size_t lse2_offset, dsum_offset, dq_offset, bytes;
+} flashc_bwd_layout;
+
+static inline size_t flashc_bwd_align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p) {
+    flashc_bwd_plan plan = {0, 0, 0, 0, 1, 1};
+    const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
+#define FLASHC_BWD_PICK(D, BM, BN, W, SWM, KVWN, QWM, DQC)    \
+    if (plan.head_dim == 0 && d <= D) {                        \
+        plan.head_dim = D;                                     \
+        plan.tile_m = BM;                                      \
+        plan.block_n = BN;                                     \
+    }
+    FLASHC_BWD_CONFIGS(FLASHC_BWD_PICK)
+#undef FLASHC_BWD_PICK
+    if (plan.head_dim == 0) return plan; /* unreachable: validation caps head dims at 256 */
+    plan.key_blocks = (p->seqlen_k + plan.block_n - 1) / plan.block_n;
+    int64_t chunks = plan.key_blocks > 0 ? plan.key_blocks : 1;
+    if (p->deterministic) {
+        const int64_t units = p->batch * p->nheads_k > 0 ? p->batch * p->nheads_k : 1;
+        int64_t want = (FLASHC_BWD_DET_TARGET_CTAS + units - 1) / units;
+        if (want < chunks) chunks = want;
+        const int64_t rows = flashc_padded_rows(p->total_q, p->batch, plan.tile_m);
+        const int64_t slice_bytes = p->nheads * rows * p->head_dim * (int64_t)sizeof(float);
+        if (slice_bytes > 0 && chunks * slice_bytes > FLASHC_BWD_DET_SLICES_CAP)
+            chunks = FLASHC_BWD_DET_SLICES_CAP / slice_bytes;
+        if (chunks < 1) chunks = 1;
+        plan.dq_slices = (int)chunks;
+    }
+    /* the grid holds nchunks * batch * nheads_k CTAs, checked at launch */
+    plan.nchunks = chunks > 0x7fffffff ? 0x7fffffff : (int)chunks;
+    return plan;
+}
+
+static inline flashc_bwd_layout flashc_bwd_layout_of(const flashc_problem *p, const flashc_bwd_plan *plan) {
+    flashc_bwd_layout L;
+    L.ws_rows = flashc_padded_rows(p->total_q, p->batch, plan->tile_m);
+    const size_t per_head_rows = (size_t)(p->nheads * L.ws_rows) * sizeof(float);
+    L.dq_slice_stride = p->nheads * L.ws_rows * p->head_dim;
+    L.lse2_offset = 0;
+    L.dsum_offset = flashc_bwd_align256(per_head_rows);
+    L.dq_offset = L.dsum_offset + flashc_bwd_align256(per_head_rows);
+    L.bytes = L.dq_offset +
+              flashc_bwd_align256((size_t)plan->dq_slices * (size_t)L.dq_slice_stride * sizeof(float));
+    return L;
+}
+
+#endif
