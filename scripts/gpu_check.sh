@@ -162,7 +162,7 @@ step_sanitize() {
         --dropout 0.1 --forward-only --quiet
     local problem
     for problem in "--hdim 128 --seqlen 300 --no-causal" "--hdim 64 --seqlen 200 --causal --varlen" \
-                   "--hdim 256 --seqlen 130 --kv-heads 2 --window 40,8" \
+                   "--hdim 256 --seqlen 130 --kv-heads 2 --window 40,8 --no-causal" \
                    "--hdim 64 --seqlen 150 --dropout 0.2 --alibi h" "--hdim 96 --seqlen 100 --softcap 20"; do
         # shellcheck disable=SC2086
         run_sanitizer "racecheck flashc run $problem" 60 --tool racecheck --racecheck-report analysis \

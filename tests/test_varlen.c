@@ -75,6 +75,7 @@ static void rows_outside_sequences(void **state) {
     c = varlen_base(FLASHC_DTYPE_FLOAT64, 3, lq, lk);
     c.varlen_gap_rows = 1; c.use_seqused_k = 1; c.seqused_k[0] = 2; c.seqused_k[1] = 6;
     c.seqused_k[2] = 0; cfgs[n++] = c;
+    for (int i = 0; i < n; ++i) cfgs[i].nan_unused_kv = 1; /* never read */
     test_run_cases("varlen rows outside every sequence", cfgs, n, 1);
 }
 
@@ -114,6 +115,7 @@ static void seqused_k(void **state) {
         test_config c = varlen_base(mode == 3 ? FLASHC_DTYPE_BFLOAT16 : FLASHC_DTYPE_FLOAT64, 4, lq, lk);
         c.use_seqused_k = 1;
         memcpy(c.seqused_k, used, sizeof used);
+        c.nan_unused_kv = 1; /* keys past seqused_k are never read */
         if (mode == 1) c.options.causal = 1;
         if (mode == 2) {
             c.options.window_left = 1;

@@ -78,7 +78,12 @@ static bool make_maps(flashc_hopper_fwd_maps *m, const flashc_fwd_params *p, int
     const bool varlen = p->cu_seqlens_q != nullptr;
     const int batch = varlen ? 1 : p->batch;
     const int64_t rows_q = varlen ? p->total_q : p->seqlen_q, rows_k = varlen ? p->total_k : p->seqlen_k;
-    if (rows_q > INT32_MAX || rows_k > INT32_MAX) return false; /* TMA coordinates are 32-bit */
+    /* TMA coordinates are 32-bit, and a map has no empty dimension (with
+     * no rows at all there is nothing to load: the portable kernel writes
+     * the empty rows). */
+    if (rows_q > INT32_MAX || rows_k > INT32_MAX || rows_q < 1 || rows_k < 1 || batch < 1 || p->nheads < 1 ||
+        p->nheads_k < 1 || p->head_dim < 1 || p->head_dim_v < 1)
+        return false;
     memset(m, 0, sizeof *m);
     return make_map(&m->q, p->q, is_bf16, p->head_dim, rows_q, p->nheads, batch, p->q_row_stride,
                     p->q_head_stride, p->q_batch_stride, FLASHC_HOPPER_BLOCK_M) &&

@@ -1,5 +1,6 @@
 /* Attention problems for the tests: every tensor of a config, built over
  * poisoned allocations with fresh random inputs. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,31 @@ static flashc_tensor int32_vector(test_alloc *a, const int64_t *values, int64_t 
     return t;
 }
 
+/* NaN in every k and v row outside [cu_seqlens_k[b], cu_seqlens_k[b] +
+ * used_k[b]) for all b (see test_config.nan_unused_kv). */
+static void poison_unused_kv_rows(test_case *tc) {
+    const test_config *c = &tc->cfg;
+    int64_t start = c->varlen_gap_rows;
+    int64_t total = tc->k.shape[0];
+    for (int64_t r = 0; r < total; ++r) {
+        int used = 0;
+        int64_t s0 = start;
+        for (int64_t b = 0; b < c->batch && !used; ++b) {
+            int64_t len = c->use_seqused_k ? c->seqused_k[b] : c->lens_k[b];
+            used = r >= s0 && r < s0 + len;
+            s0 += c->lens_k[b];
+        }
+        if (used) continue;
+        flashc_tensor *kv[2] = {&tc->k, &tc->v};
+        for (int t = 0; t < 2; ++t)
+            for (int64_t h = 0; h < kv[t]->shape[1]; ++h)
+                for (int64_t d = 0; d < kv[t]->shape[2]; ++d) {
+                    int64_t index[3] = {r, h, d};
+                    flashc_ref_store(kv[t], index, NAN);
+                }
+    }
+}
+
 int test_case_init(test_case *tc, const test_config *cfg, uint64_t seed) {
     memset(tc, 0, sizeof *tc);
     tc->cfg = *cfg;
@@ -201,6 +227,7 @@ int test_case_init(test_case *tc, const test_config *cfg, uint64_t seed) {
     test_fill_normal(&tc->v, &rng, 1.0);
     test_fill_normal(&tc->dout, &rng, 1.0);
     test_fill_normal(&tc->dlse, &rng, 1.0);
+    if (c->varlen && c->nan_unused_kv) poison_unused_kv_rows(tc);
 
     tc->fwd.q = &tc->q;
     tc->fwd.k = &tc->k;

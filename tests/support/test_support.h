@@ -106,6 +106,9 @@ typedef struct test_config {
      * (cu_seqlens start there); the library writes them as rows that see
      * nothing: out 0, LSE +inf, zero gradients. */
     int64_t varlen_gap_rows;
+    /* varlen: k and v rows no sequence uses (gap rows, rows past seqused_k)
+     * hold NaN, which must not reach any output. */
+    int nan_unused_kv;
     int64_t seqused_k[TEST_MAX_BATCH];
     test_layout layout;
     int alibi;        /* 0 off, 1 slopes (h), 2 slopes (b, h) */
