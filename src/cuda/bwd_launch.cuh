@@ -11,6 +11,7 @@
 
 #include "bwd_kernel.cuh"
 #include "bwd_launch.h"
+#include "smem_optin.cuh"
 
 template <typename T, int HEAD_DIM>
 static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t stream) {
@@ -34,7 +35,9 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
         smem = FLASHC_BWD_SMEM_BYTES(HEAD_DIM, C::BLOCK_M, C::BLOCK_N, 1, (int)sizeof(T));
     }
     if (smem > 48 * 1024) {
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        /* per device, the stage count and so the size are fixed */
+        static unsigned long long smem_raised;
+        err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
         if (err != cudaSuccess) return err;
     }
     kernel<<<(unsigned)blocks, C::WARPS * 32, smem, stream>>>(p, stages);

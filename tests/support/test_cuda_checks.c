@@ -292,6 +292,63 @@ done:
     return fails;
 }
 
+/* dq, dk, dv from the GPU (in c->tc) against the CPU backend's backward on
+ * the same inputs and the same out / lse (the GPU forward's, in c->tc).
+ * The GPU rounds P and dS to the input dtype before its tensor-core
+ * products where the CPU keeps float32, so the two differ by a few ulp of
+ * the dtype; a tensor whose values cancel to near zero (one visible key:
+ * dP - D ~ 0) carries rounding noise of the size of the other gradients,
+ * hence the floor at a sixteenth of the case's largest gradient. */
+int tcuda_check_backward_against_cpu(tcuda_case *c) {
+    test_case *tc = &c->tc;
+    test_alloc *allocs[3] = {&tc->a_dq, &tc->a_dk, &tc->a_dv};
+    flashc_tensor *views[3] = {&tc->dq, &tc->dk, &tc->dv};
+    const char *names[3] = {"dq", "dk", "dv"};
+    unsigned char *gpu[3] = {NULL, NULL, NULL};
+    int fails = 0;
+    for (int i = 0; i < 3; ++i) {
+        gpu[i] = malloc(allocs[i]->size ? allocs[i]->size : 1);
+        if (!gpu[i]) {
+            fprintf(stderr, "FAIL out of host memory\n");
+            fails = 1;
+            goto done;
+        }
+        memcpy(gpu[i], allocs[i]->bytes, allocs[i]->size);
+    }
+    flashc_status st = test_case_backward(tc); /* the CPU backend, host tensors */
+    if (st != FLASHC_SUCCESS) {
+        fprintf(stderr, "FAIL CPU backward on the CUDA case's inputs returned %s (%s)\n",
+                flashc_status_string(st), flashc_last_error_message());
+        fails = 1;
+        goto done;
+    }
+    double largest = 0.0, max_t[3];
+    for (int i = 0; i < 3; ++i) {
+        max_t[i] = max_abs(views[i]);
+        if (max_t[i] > largest) largest = max_t[i];
+    }
+    int m = mantissa_bits(tc->cfg.dtype);
+    for (int i = 0; i < 3; ++i) {
+        /* packed dq/dk/dv are views of one allocation: find the one holding this view */
+        int a = i;
+        for (int j = 0; j < 3; ++j) {
+            const unsigned char *at = views[i]->data;
+            if (allocs[j]->bytes && at >= allocs[j]->bytes && at < allocs[j]->bytes + allocs[j]->size) a = j;
+        }
+        flashc_tensor g = over_copy(views[i], allocs[a], gpu[a]);
+        diff_ctx d;
+        memset(&d, 0, sizeof d);
+        d.cpu = views[i];
+        d.gpu = &g;
+        test_for_each(views[i], diff_one, &d);
+        double magnitude = max_t[i] > largest / 16 ? max_t[i] : largest / 16;
+        fails += report_diff(tc, names[i], &d, 4.0 * ldexp(magnitude, -m));
+    }
+done:
+    for (int i = 0; i < 3; ++i) free(gpu[i]);
+    return fails;
+}
+
 /* ---- Running cases -------------------------------------------------------- */
 
 int tcuda_run_case(const test_config *cfg, uint64_t seed, void *stream, int backward) {
@@ -326,6 +383,7 @@ int tcuda_run_case(const test_config *cfg, uint64_t seed, void *stream, int back
             ++fails;
         } else {
             fails += test_check_backward(&c.tc);
+            fails += tcuda_check_backward_against_cpu(&c);
         }
     }
     fails += tcuda_check_repeatable(&c, stream ? NULL : tcuda_side_stream());

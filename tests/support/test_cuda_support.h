@@ -102,10 +102,19 @@ typedef struct tcuda_mask_stats {
  * at 1. Afterwards c->tc holds the CPU's outputs. Returns failures. */
 int tcuda_check_against_cpu(tcuda_case *c, tcuda_mask_stats *stats);
 
+/* Run the CPU backend's backward on the same inputs (and the same out and
+ * lse, those now in c->tc) and compare every element of dq, dk, dv with
+ * what the GPU wrote (in c->tc): within 4 ulp of the dtype at the
+ * tensor's largest magnitude (at least a sixteenth of the largest
+ * gradient of the case). Afterwards c->tc holds the CPU's gradients.
+ * Returns failures. */
+int tcuda_check_backward_against_cpu(tcuda_case *c);
+
 /* One config end to end: forward on the GPU (on `stream`), every element
  * against the reference (test_check_forward), a repeat on the other stream
  * bit for bit, the CPU backend on the same inputs. With `backward`, also
- * the backward on the GPU against the reference. Returns failures. */
+ * the backward on the GPU against the reference and against the CPU
+ * backend's. Returns failures. */
 int tcuda_run_case(const test_config *cfg, uint64_t seed, void *stream, int backward);
 
 /* Runs the configs (a third of them under FLASHC_TEST_QUICK), every other
