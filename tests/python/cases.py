@@ -13,7 +13,7 @@ import torch
 
 import flashc
 from checks import (LOW_PRECISION, alibi_slopes, assert_close, assert_lse_close,
-                    cu_seqlens_from_lengths, is_unsupported, leaf, randn, rounded_out_slack,
+                    cu_seqlens_from_lengths, leaf, randn, rounded_out_slack,
                     sdmask_shape)
 from reference import attention_ref, attention_ref_varlen, keep_mask_from_sdmask
 
@@ -84,17 +84,6 @@ def _call_batched(api, q, k, v, kwargs, return_lse):
     else:
         raise ValueError(api)
     return res, grads
-
-
-def _backward_or_skip(run):
-    """Run a backward; skip the rest of the test (the forward has been
-    checked) while the device's backend reports the backward unsupported."""
-    try:
-        run()
-    except Exception as exc:
-        if is_unsupported(exc):
-            pytest.skip(f"forward checked; the backward is unsupported here: {exc}")
-        raise
 
 
 def _seeded_call(call, return_lse, dropout_p, *args):
@@ -184,9 +173,9 @@ def run_batched(case: Case, api="func", backward=True, return_lse=False, check=T
         return outcome
     dlse = torch.randn(lse.shape, dtype=lse.dtype, device=lse.device) if return_lse else None
     if return_lse:
-        _backward_or_skip(lambda: torch.autograd.backward([out, lse], [dout, dlse]))
+        torch.autograd.backward([out, lse], [dout, dlse])
     else:
-        _backward_or_skip(lambda: out.backward(dout))
+        out.backward(dout)
     outcome.grads = got = grads()
     d64 = dout.cpu().double()
     slack = rounded_out_slack(ref64.lse, r64_in, dout, out, ref64.out)
@@ -324,12 +313,12 @@ def run_varlen(case: VarlenCase, api="varlen", backward=True, return_lse=False,
     dlse = torch.randn(lse.shape, dtype=lse.dtype, device=lse.device) if return_lse else None
     slack = rounded_out_slack(ref64.lse, r64_in, dout, out, ref64.out, varlen=True)
     if return_lse:
-        _backward_or_skip(lambda: torch.autograd.backward([out, lse], [dout, dlse]))
+        torch.autograd.backward([out, lse], [dout, dlse])
         torch.autograd.backward([ref64.out, ref64.lse], [dout.cpu().double(), dlse.cpu().double()])
         if lowp:
             torch.autograd.backward([reflo.out, reflo.lse], [dout.cpu(), dlse.cpu().to(c.dtype)])
     else:
-        _backward_or_skip(lambda: out.backward(dout))
+        out.backward(dout)
         ref64.out.backward(dout.cpu().double())
         if lowp:
             reflo.out.backward(dout.cpu())

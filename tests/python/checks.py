@@ -153,8 +153,3 @@ def cu_seqlens_from_lengths(lengths, device="cpu"):
 def sdmask_shape(b, h, sq, sk):
     r = lambda x: (x + 127) // 128 * 128
     return (b, h, r(sq), r(sk))
-
-
-def is_unsupported(exc):
-    """Whether an exception says the feature is not available on this backend."""
-    return isinstance(exc, NotImplementedError) or "unsupported" in str(exc).lower()

@@ -50,36 +50,6 @@ def skip_unless_device(device, dtype=None):
             pytest.skip(f"the CUDA backend takes float16/bfloat16 only, not {dtype}")
 
 
-def _runs_on_cuda(item):
-    callspec = getattr(item, "callspec", None)
-    on_cuda = callspec is not None and callspec.params.get("device") == "cuda"
-    return on_cuda or item.module.__name__ == "test_cuda"
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """A CUDA test whose backward the library reports unsupported (the CUDA
-    backend may run the forward only) is reported as skipped, with the
-    library's message, instead of failed. Nothing else is converted."""
-    outcome = yield
-    report = outcome.get_result()
-    if call.when != "call" or call.excinfo is None or not report.failed:
-        return
-    import flashc
-    exc = call.excinfo.value
-    chain = []
-    while exc is not None and len(chain) < 10:      # opcheck and compile wrap errors
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
-    unsupported = [e for e in chain
-                   if isinstance(e, flashc.FlashcUnsupportedError) and "backward" in str(e)]
-    if _runs_on_cuda(item) and unsupported:
-        exc = unsupported[0]
-        report.outcome = "skipped"
-        report.longrepr = (str(item.path), item.location[1] or 0,
-                           f"Skipped: the CUDA backward is unsupported here: {exc}")
-
-
 DEVICES = ["cpu", "cuda"]
 
 

@@ -3,14 +3,13 @@ float16/bfloat16 inputs both backends meet the tolerance rule (the CUDA
 kernels round P to the input dtype for the tensor-core product, so they do
 not agree to the last bit with the CPU backend, which keeps float32), and
 the same rng_state draws the same dropout mask, bit for bit. Skipped (with
-the reason) where torch sees no GPU or flashc has no CUDA backend; the
-backward tests skip while the CUDA backward is unsupported."""
+the reason) where torch sees no GPU or flashc has no CUDA backend."""
 
 import pytest
 import torch
 
 import flashc
-from checks import (assert_close, assert_lse_close, cu_seqlens_from_lengths, is_unsupported,
+from checks import (assert_close, assert_lse_close, cu_seqlens_from_lengths,
                     rounded_out_slack)
 from conftest import skip_unless_device
 from flashc import _kernels, _rng
@@ -31,17 +30,6 @@ def assert_both_backends_close(name, cuda_result, cpu_result, ref64, ref_lowp, d
     """Each backend within the tolerance rule against the float64 reference."""
     assert_close(f"{name} (cuda)", cuda_result.cpu(), ref64, ref_lowp, dtype, backward)
     assert_close(f"{name} (cpu)", cpu_result, ref64, ref_lowp, dtype, backward)
-
-
-def grads_or_skip(fn):
-    """Run a backward on CUDA; skip the test while the backend reports it
-    unsupported."""
-    try:
-        return fn()
-    except Exception as exc:
-        if is_unsupported(exc):
-            pytest.skip(f"the CUDA backward is not available: {exc}")
-        raise
 
 
 CASES = {
@@ -194,10 +182,10 @@ def test_backward_matches_cpu_backend(dtype, case):
     dout = torch.randn(out.shape, dtype=dtype)
     dlse = torch.randn(lse.shape)
     dq, dk, dv = (torch.empty(t.shape, dtype=dtype, device="cuda") for t in (q, k, v))
-    grads_or_skip(lambda: _flash_attn_backward(
+    _flash_attn_backward(
         dout.cuda(), q.cuda(), k.cuda(), v.cuda(), out, lse, dq, dk, dv, p, d ** -0.5,
         kw.get("causal", False), *kw.get("window_size", (-1, -1)), kw.get("softcap", 0.0),
-        cuda_kw.get("alibi_slopes"), False, rng, dlse=dlse.cuda()))
+        cuda_kw.get("alibi_slopes"), False, rng, dlse=dlse.cuda())
     # the CPU backend on the same inputs, outputs and rng_state
     cq, ck, cv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     _flash_attn_backward(dout, q, k, v, out.cpu(), lse.cpu(), cq, ck, cv, p, d ** -0.5,

@@ -324,20 +324,15 @@ def test_library_status_becomes_a_named_exception():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
-def test_cuda_without_cuda_backend_or_unsupported_is_a_clear_error():
+def test_cuda_without_cuda_backend_is_a_clear_error_else_backward_runs():
     q = torch.randn(1, 8, 2, 16, device="cuda", dtype=torch.float16, requires_grad=True)
     if not flashc.cuda_available():
         with pytest.raises(flashc.FlashcUnsupportedError, match=r"\bq\b.*CUDA"):
             flashc.flash_attn_func(q, q, q)
         return
     out = flashc.flash_attn_func(q, q, q)
-    try:
-        out.sum().backward()
-    except flashc.FlashcUnsupportedError as err:
-        # a CUDA backend without a backward says so, with the status
-        assert err.status_name == "FLASHC_ERROR_UNSUPPORTED" and "CUDA" in err.message
-    else:
-        assert torch.isfinite(q.grad).all()
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all()
 
 
 def _cuda_forward_available():
