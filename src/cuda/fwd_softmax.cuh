@@ -37,15 +37,17 @@ struct flashc_softmax_state {
     float row_sum[2 * ROW_ATOMS];  /* this thread's partial sum of p */
 };
 
-/* Fold one S tile into the running state: raise a row's maximum where
- * needed, rescaling its O accumulators and sum (a branch the warp skips
- * when none of its rows needs it), then acc <- p (float32). A row with
- * nothing visible so far keeps -inf and exponentiates against 0, giving
- * p = 0 and no NaN. */
-template <int ROW_ATOMS, int COL_ATOMS, int OUT_ATOMS>
-static __device__ __forceinline__ void flashc_softmax_update(
-    flashc_softmax_state<ROW_ATOMS> &st, float (&acc)[ROW_ATOMS][COL_ATOMS][4],
-    float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4], float score_to_log2) {
+/* Raise each row's reference maximum where a new score exceeds it by more
+ * than the threshold, rescaling the row's sum. alpha[r] is the factor its O
+ * accumulators owe (1 where the maximum stays): applied here when
+ * RESCALE_O (a branch the warp skips when none of its rows moved), or later
+ * by flashc_rescale_o, which lets the Hopper kernel wait until the P V of
+ * the previous block has finished. */
+template <bool RESCALE_O, int ROW_ATOMS, int COL_ATOMS, int OUT_ATOMS>
+static __device__ __forceinline__ void flashc_softmax_raise_max(flashc_softmax_state<ROW_ATOMS> &st,
+                                                                const float (&acc)[ROW_ATOMS][COL_ATOMS][4],
+                                                                float score_to_log2, float (&alpha)[2 * ROW_ATOMS],
+                                                                float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4]) {
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i)
 #pragma unroll
@@ -56,17 +58,46 @@ static __device__ __forceinline__ void flashc_softmax_update(
             for (int j = 0; j < COL_ATOMS; ++j)
                 tile_max = fmaxf(tile_max, fmaxf(acc[i][j][2 * half], acc[i][j][2 * half + 1]));
             const float new_max = flashc_quad_max(tile_max) * score_to_log2;
+            alpha[r] = 1.0f;
             if (new_max > st.row_max[r] + FLASHC_RESCALE_THRESHOLD_LOG2) {
-                const float alpha = flashc_exp2(st.row_max[r] - new_max);
+                alpha[r] = flashc_exp2(st.row_max[r] - new_max);
                 st.row_max[r] = new_max;
-                st.row_sum[r] *= alpha;
+                st.row_sum[r] *= alpha[r];
+                if (RESCALE_O) {
 #pragma unroll
-                for (int d = 0; d < OUT_ATOMS; ++d) {
-                    acc_o[i][d][2 * half] *= alpha;
-                    acc_o[i][d][2 * half + 1] *= alpha;
+                    for (int d = 0; d < OUT_ATOMS; ++d) {
+                        acc_o[i][d][2 * half] *= alpha[r];
+                        acc_o[i][d][2 * half + 1] *= alpha[r];
+                    }
                 }
             }
         }
+}
+
+/* O rows times alpha (deferred rescale), skipped per row where alpha is 1. */
+template <int ROW_ATOMS, int OUT_ATOMS>
+static __device__ __forceinline__ void flashc_rescale_o(float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4],
+                                                        const float (&alpha)[2 * ROW_ATOMS]) {
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+            if (alpha[2 * i + half] != 1.0f) {
+#pragma unroll
+                for (int d = 0; d < OUT_ATOMS; ++d) {
+                    acc_o[i][d][2 * half] *= alpha[2 * i + half];
+                    acc_o[i][d][2 * half + 1] *= alpha[2 * i + half];
+                }
+            }
+}
+
+/* acc <- p = 2^(s * score_to_log2 - m) (float32), added to the row sums. A
+ * row with nothing visible so far keeps -inf and exponentiates against 0,
+ * giving p = 0 and no NaN. */
+template <int ROW_ATOMS, int COL_ATOMS>
+static __device__ __forceinline__ void flashc_softmax_exponentiate(flashc_softmax_state<ROW_ATOMS> &st,
+                                                                   float (&acc)[ROW_ATOMS][COL_ATOMS][4],
+                                                                   float score_to_log2) {
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i)
 #pragma unroll
@@ -84,6 +115,17 @@ static __device__ __forceinline__ void flashc_softmax_update(
                 }
             st.row_sum[r] = sum;
         }
+}
+
+/* Fold one S tile into the running state: raise maxima (rescaling O and
+ * the sums where they moved), then acc <- p. */
+template <int ROW_ATOMS, int COL_ATOMS, int OUT_ATOMS>
+static __device__ __forceinline__ void flashc_softmax_update(
+    flashc_softmax_state<ROW_ATOMS> &st, float (&acc)[ROW_ATOMS][COL_ATOMS][4],
+    float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4], float score_to_log2) {
+    float alpha[2 * ROW_ATOMS];
+    flashc_softmax_raise_max<true>(st, acc, score_to_log2, alpha, acc_o);
+    flashc_softmax_exponentiate(st, acc, score_to_log2);
 }
 
 #endif

@@ -15,15 +15,14 @@ typedef struct flashc_hopper_fwd_maps {
     CUtensorMap q, k, v;
 } flashc_hopper_fwd_maps;
 
-#define FLASHC_HOPPER_FWD_DECLARE_RUN(HEAD_DIM, BLOCK_N)                                                      \
+#define FLASHC_HOPPER_FWD_DECLARE_RUN(HEAD_DIM, BLOCK_N, BLOCK_N_GENERAL)                                                      \
     cudaError_t flashc_hopper_fwd_run_hdim##HEAD_DIM(const flashc_fwd_params *p, const flashc_hopper_fwd_maps *m, \
-                                                     void *stream, int is_bf16);
+                                                     void *stream, int is_bf16, int general);
 FLASHC_HOPPER_FWD_CONFIGS(FLASHC_HOPPER_FWD_DECLARE_RUN)
 #undef FLASHC_HOPPER_FWD_DECLARE_RUN
 
 /* Runs the forward on the Hopper path when it applies: the current device
- * is compute capability 9.0, the problem needs no general-variant feature
- * (softcap, ALiBi, dropout, a negative scale), the tensors suit TMA, and the environment
+ * is compute capability 9.0, the tensors suit TMA, and the environment
  * variable FLASHC_CUDA_FORWARD is not "portable" (which tests use to
  * reach the portable kernel on a Hopper GPU). Returns cudaErrorNotSupported,
  * having done nothing, when it does not apply. */

@@ -3,7 +3,10 @@
  * BLOCK_M is fixed at 128 (two consumer warpgroups of 64 rows); BLOCK_N
  * keys per step, two stages of K and V in shared memory (at most 227 KiB).
  * Registers per consumer thread (240): O = HEAD_DIM / 2, S = BLOCK_N / 2,
- * P = BLOCK_N / 4, plus addressing and the softmax state. */
+ * P = BLOCK_N / 4, plus addressing and the softmax state; the general
+ * variant (softcap, ALiBi, dropout: tanh and Philox need registers) runs
+ * narrower key blocks, BLOCK_N_GENERAL, the widest without spills
+ * (ptxas -v). */
 #ifndef FLASHC_CUDA_HOPPER_FWD_CONFIG_H
 #define FLASHC_CUDA_HOPPER_FWD_CONFIG_H
 
@@ -17,18 +20,18 @@
 #define FLASHC_HOPPER_CONSUMER_REGISTERS 240
 #define FLASHC_HOPPER_STAGES 2
 
-#define FLASHC_HOPPER_FWD_CONFIGS(X) \
-    /* HEAD_DIM BLOCK_N */           \
-    X(64, 128)                       \
-    X(128, 128)                      \
-    X(256, 64)
+#define FLASHC_HOPPER_FWD_CONFIGS(X)         \
+    /* HEAD_DIM BLOCK_N BLOCK_N_GENERAL */  \
+    X(64, 128, 64)                          \
+    X(128, 128, 64)                         \
+    X(256, 64, 32)
 
 template <int HEAD_DIM>
 struct flashc_hopper_fwd_config;
-#define FLASHC_HOPPER_FWD_CONFIG_STRUCT(D, BN) \
-    template <>                                \
-    struct flashc_hopper_fwd_config<D> {       \
-        static constexpr int BLOCK_N = BN;     \
+#define FLASHC_HOPPER_FWD_CONFIG_STRUCT(D, BN, BNG)                \
+    template <>                                                    \
+    struct flashc_hopper_fwd_config<D> {                           \
+        static constexpr int BLOCK_N = BN, BLOCK_N_GENERAL = BNG;  \
     };
 FLASHC_HOPPER_FWD_CONFIGS(FLASHC_HOPPER_FWD_CONFIG_STRUCT)
 #undef FLASHC_HOPPER_FWD_CONFIG_STRUCT

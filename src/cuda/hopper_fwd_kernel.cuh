@@ -11,7 +11,10 @@
  *     and online softmax on the accumulators, O += P V (wgmma, P from
  *     registers, V read transposed from shared memory).
  * Key blocks are walked last to first, as in the portable kernel, so the
- * one block the causal diagonal or the sequence end cuts comes first. The
+ * one block the causal diagonal or the sequence end cuts comes first. A
+ * consumer issues S of block n and P V of block n-1 together and turns S
+ * into P while P V still runs, so the exponentials overlap the tensor
+ * cores within a warpgroup too (the O rescale waits for P V). The
  * fragment code (mask, logit rule, softmax, dropout, P packing) is the
  * portable kernel's: a wgmma m64nN accumulator is, per warp, the mma.sync
  * m16n8 layout repeated N/8 times (hopper_ptx.cuh).
@@ -59,11 +62,12 @@ struct flashc_hopper_fwd_smem {
     static __device__ uint32_t v_empty(uint32_t base, int s) { return k_empty(base, FLASHC_HOPPER_STAGES + s); }
 };
 
-/* S = Q K^T for one warpgroup's 64 rows: HEAD_DIM / 16 k-steps, the first
- * overwriting the accumulators. k-step ks reads columns 16 ks.. of each
- * row: 32-byte steps inside a 64-column block, then the next block. */
+/* Issue S = Q K^T for one warpgroup's 64 rows as one wgmma batch (the
+ * caller waits): HEAD_DIM / 16 k-steps, the first overwriting the
+ * accumulators. k-step ks reads columns 16 ks.. of each row: 32-byte steps
+ * inside a 64-column block, then the next block. */
 template <typename T, int HEAD_DIM, int BLOCK_N>
-static __device__ __forceinline__ void flashc_hopper_gemm_qk(float *acc_s, uint32_t q_addr, uint32_t k_addr) {
+static __device__ __forceinline__ void flashc_hopper_issue_qk(float *acc_s, uint32_t q_addr, uint32_t k_addr) {
     flashc_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
@@ -73,22 +77,19 @@ static __device__ __forceinline__ void flashc_hopper_gemm_qk(float *acc_s, uint3
         flashc_wgmma_ss<T, BLOCK_N>(acc_s, desc_q, desc_k, ks > 0);
     }
     flashc_wgmma_commit();
-    flashc_wgmma_wait<0>();
-    flashc_fence_registers<BLOCK_N / 2>(acc_s);
 }
 
-/* O += P V: BLOCK_N / 16 k-steps of 16 keys (16 rows of 128 bytes in every
- * 64-column block of V; the blocks are BLOCK_N * 128 bytes apart). */
+/* Issue O += P V as one wgmma batch: BLOCK_N / 16 k-steps of 16 keys (16
+ * rows of 128 bytes in every 64-column block of V; the blocks are
+ * BLOCK_N * 128 bytes apart). */
 template <typename T, int HEAD_DIM, int BLOCK_N>
-static __device__ __forceinline__ void flashc_hopper_gemm_pv(float *acc_o, const uint32_t (&p)[BLOCK_N / 16][4],
-                                                             uint32_t v_addr) {
+static __device__ __forceinline__ void flashc_hopper_issue_pv(float *acc_o, const uint32_t (&p)[BLOCK_N / 16][4],
+                                                              uint32_t v_addr) {
     flashc_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BLOCK_N / 16; ++ks)
         flashc_wgmma_rs<T, HEAD_DIM>(acc_o, p[ks], flashc_wgmma_desc(v_addr + ks * 16 * 128, BLOCK_N * 128));
     flashc_wgmma_commit();
-    flashc_wgmma_wait<0>();
-    flashc_fence_registers<HEAD_DIM / 2>(acc_o);
 }
 
 /* Zero rows [first_row, BLOCK_N) of a V stage (all consumer threads), then
@@ -183,34 +184,67 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
     }
 
     const uint32_t q_addr = base + warpgroup * 64 * 128;
-    flashc_mbarrier_wait(L::q_full(base), 0);
-    for (int it = 0; it < n_iters; ++it) {
-        const int s = it % FLASHC_HOPPER_STAGES;
-        const uint32_t phase = (it / FLASHC_HOPPER_STAGES) & 1;
+    auto stage = [](int it) { return it % FLASHC_HOPPER_STAGES; };
+    auto phase = [](int it) { return (uint32_t)(it / FLASHC_HOPPER_STAGES) & 1; };
+
+    /* Scores of key block `it` (in acc_s, just computed) -> P: logit rule,
+     * mask, maxima (alpha: the factor O still owes), exponentials, dropout. */
+    auto scores_to_p = [&](float (&acc_s)[1][COL_ATOMS][4], int it, float (&alpha)[2]) {
         const int n0 = (n_block_max - 1 - it) * BLOCK_N;
-
-        float acc_s[1][COL_ATOMS][4];
-        flashc_mbarrier_wait(L::k_full(base, s), phase);
-        flashc_hopper_gemm_qk<T, HEAD_DIM, BLOCK_N>(&acc_s[0][0][0], q_addr, L::k_tile(base, s));
-        if (lane == 0) flashc_mbarrier_arrive(L::k_empty(base, s));
-
         pos.col0 = n0 + 2 * (lane % 4);
         if (GENERAL) flashc_apply_logit_rule(acc_s, p, pos, alibi_slope_log2);
         if (flashc_tile_needs_mask(wg_m0, max(wg_rows, 1), n0, BLOCK_N, seq.sk, shift, p.window_left,
                                    p.window_right))
             flashc_apply_mask(acc_s, pos, p.window_left, p.window_right);
-        flashc_softmax_update(st, acc_s, acc_o, score_to_log2);
+        flashc_softmax_raise_max<false>(st, acc_s, score_to_log2, alpha, acc_o);
+        flashc_softmax_exponentiate(st, acc_s, score_to_log2);
         if (GENERAL && p.dropout_threshold) flashc_apply_dropout(acc_s, p, batch, head, pos.row0, pos.col0);
-        uint32_t p_frag[1][COL_ATOMS / 2][4];
-        flashc_pack_p<T>(p_frag, acc_s);
-
-        flashc_mbarrier_wait(L::v_full(base, s), phase);
+    };
+    /* Issue O += P V for key block `it` once its V landed (zeroing the rows
+     * past the sequence in the one block that can hold them). */
+    auto issue_pv = [&](const uint32_t (&p_frag)[COL_ATOMS / 2][4], int it) {
+        flashc_mbarrier_wait(L::v_full(base, stage(it)), phase(it));
+        const int n0 = (n_block_max - 1 - it) * BLOCK_N;
         if (it == 0 && n0 + BLOCK_N > seq.sk)
-            flashc_hopper_zero_v_rows<HEAD_DIM, BLOCK_N>(smem + L::V_OFFSET + s * L::KV_BYTES, seq.sk - n0,
-                                                         threadIdx.x - 128);
-        flashc_hopper_gemm_pv<T, HEAD_DIM, BLOCK_N>(&acc_o[0][0][0], p_frag[0], L::v_tile(base, s));
-        if (lane == 0) flashc_mbarrier_arrive(L::v_empty(base, s));
+            flashc_hopper_zero_v_rows<HEAD_DIM, BLOCK_N>(smem + L::V_OFFSET + stage(it) * L::KV_BYTES,
+                                                         seq.sk - n0, threadIdx.x - 128);
+        flashc_hopper_issue_pv<T, HEAD_DIM, BLOCK_N>(&acc_o[0][0][0], p_frag, L::v_tile(base, stage(it)));
+    };
+
+    /* Key block 0: S, then P. */
+    uint32_t p_frag[1][COL_ATOMS / 2][4];
+    flashc_mbarrier_wait(L::q_full(base), 0);
+    {
+        float acc_s[1][COL_ATOMS][4], alpha[2];
+        flashc_mbarrier_wait(L::k_full(base, 0), 0);
+        flashc_hopper_issue_qk<T, HEAD_DIM, BLOCK_N>(&acc_s[0][0][0], q_addr, L::k_tile(base, 0));
+        flashc_wgmma_wait<0>();
+        flashc_fence_registers<BLOCK_N / 2>(&acc_s[0][0][0]);
+        if (lane == 0) flashc_mbarrier_arrive(L::k_empty(base, 0));
+        scores_to_p(acc_s, 0, alpha); /* O is still 0: nothing to rescale */
+        flashc_pack_p<T>(p_frag, acc_s);
     }
+    /* Then per block: S of block it and P V of block it - 1 run on the
+     * tensor cores while this warpgroup turns S into P. */
+    for (int it = 1; it < n_iters; ++it) {
+        float acc_s[1][COL_ATOMS][4], alpha[2];
+        flashc_mbarrier_wait(L::k_full(base, stage(it)), phase(it));
+        flashc_hopper_issue_qk<T, HEAD_DIM, BLOCK_N>(&acc_s[0][0][0], q_addr, L::k_tile(base, stage(it)));
+        issue_pv(p_frag[0], it - 1);
+        flashc_wgmma_wait<1>(); /* S done, P V may still run */
+        flashc_fence_registers<BLOCK_N / 2>(&acc_s[0][0][0]);
+        if (lane == 0) flashc_mbarrier_arrive(L::k_empty(base, stage(it)));
+        scores_to_p(acc_s, it, alpha);
+        flashc_wgmma_wait<0>(); /* P V done: O and the old P are free */
+        flashc_fence_registers<HEAD_DIM / 2>(&acc_o[0][0][0]);
+        if (lane == 0) flashc_mbarrier_arrive(L::v_empty(base, stage(it - 1)));
+        flashc_rescale_o(acc_o, alpha);
+        flashc_pack_p<T>(p_frag, acc_s);
+    }
+    issue_pv(p_frag[0], n_iters - 1);
+    flashc_wgmma_wait<0>();
+    flashc_fence_registers<HEAD_DIM / 2>(&acc_o[0][0][0]);
+    if (lane == 0) flashc_mbarrier_arrive(L::v_empty(base, stage(n_iters - 1)));
 
     /* Epilogue: O / rowsum (times the dropout rescale), LSE = m + log(sum). */
     T *out = flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0);

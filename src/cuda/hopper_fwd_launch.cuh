@@ -1,5 +1,6 @@
 /* Launching one Hopper forward configuration (hopper_fwd_config.h): the
- * kernels of a head dim (float16 / bfloat16), the shared-memory opt-in and the flat grid. Each hopper_fwd_hdim*.cu
+ * four kernels of a head dim (float16 / bfloat16 x plain / general), the
+ * shared-memory opt-in and the flat grid. Each hopper_fwd_hdim*.cu
  * instantiates one head dim. */
 #ifndef FLASHC_CUDA_HOPPER_FWD_LAUNCH_CUH
 #define FLASHC_CUDA_HOPPER_FWD_LAUNCH_CUH
@@ -14,7 +15,8 @@
 template <typename T, int HEAD_DIM, bool GENERAL>
 static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const flashc_hopper_fwd_maps &maps,
                                             cudaStream_t stream) {
-    constexpr int BLOCK_N = flashc_hopper_fwd_config<HEAD_DIM>::BLOCK_N;
+    typedef flashc_hopper_fwd_config<HEAD_DIM> C;
+    constexpr int BLOCK_N = GENERAL ? C::BLOCK_N_GENERAL : C::BLOCK_N;
     auto kernel = flashc_hopper_fwd_kernel<T, HEAD_DIM, BLOCK_N, GENERAL>;
     constexpr int smem = flashc_hopper_fwd_smem<HEAD_DIM, BLOCK_N>::BYTES;
     static unsigned long long smem_raised;
@@ -28,14 +30,14 @@ static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const fl
     return cudaGetLastError();
 }
 
-/* Plain kernels only: the general variant (softcap, ALiBi, dropout) spills
- * at every head dim with these tiles (ptxas -v), so those problems take the
- * portable kernel (flashc_hopper_fwd declines them). */
 #define FLASHC_HOPPER_FWD_DEFINE_RUN(HEAD_DIM)                                                                  \
     cudaError_t flashc_hopper_fwd_run_hdim##HEAD_DIM(const flashc_fwd_params *p, const flashc_hopper_fwd_maps *m, \
-                                                     void *stream, int is_bf16) {                               \
+                                                     void *stream, int is_bf16, int general) {                  \
         cudaStream_t s = (cudaStream_t)stream;                                                                 \
-        return is_bf16 ? flashc_hopper_fwd_launch<__nv_bfloat16, HEAD_DIM, false>(*p, *m, s)                    \
+        if (is_bf16)                                                                                           \
+            return general ? flashc_hopper_fwd_launch<__nv_bfloat16, HEAD_DIM, true>(*p, *m, s)                 \
+                           : flashc_hopper_fwd_launch<__nv_bfloat16, HEAD_DIM, false>(*p, *m, s);               \
+        return general ? flashc_hopper_fwd_launch<__half, HEAD_DIM, true>(*p, *m, s)                            \
                        : flashc_hopper_fwd_launch<__half, HEAD_DIM, false>(*p, *m, s);                          \
     }
 

@@ -129,6 +129,8 @@ static __device__ __forceinline__ void flashc_tma_load_4d(uint32_t dst, const vo
  *   rs: A from registers (P, in the mma.sync A layout), B from shared memory
  *       MN-major (V as stored: keys x head dim); always accumulates. */
 template <typename T>
+static __device__ __forceinline__ void flashc_wgmma_ss_n32(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <typename T>
 static __device__ __forceinline__ void flashc_wgmma_ss_n64(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d);
 template <typename T>
 static __device__ __forceinline__ void flashc_wgmma_ss_n128(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d);
@@ -141,6 +143,11 @@ static __device__ __forceinline__ void flashc_wgmma_rs_n128(float *d, const uint
 template <typename T>
 static __device__ __forceinline__ void flashc_wgmma_rs_n256(float *d, const uint32_t *a, uint64_t desc_b);
 
+#define FLASHC_WGMMA_ACC16 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FLASHC_WGMMA_ACC16_OPERANDS(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define FLASHC_WGMMA_ACC32 \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -190,6 +197,20 @@ static __device__ __forceinline__ void flashc_wgmma_rs_n256(float *d, const uint
     "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
+template <>
+__device__ __forceinline__ void flashc_wgmma_ss_n32<__nv_bfloat16>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FLASHC_WGMMA_ACC16 ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : FLASHC_WGMMA_ACC16_OPERANDS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void flashc_wgmma_ss_n32<__half>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FLASHC_WGMMA_ACC16 ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : FLASHC_WGMMA_ACC16_OPERANDS(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
 template <>
 __device__ __forceinline__ void flashc_wgmma_ss_n64<__nv_bfloat16>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -279,7 +300,8 @@ __device__ __forceinline__ void flashc_wgmma_rs_n256<__half>(float *d, const uin
  * HEAD_DIM wide. */
 template <typename T, int N>
 static __device__ __forceinline__ void flashc_wgmma_ss(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    static_assert(N == 64 || N == 128 || N == 256, "compiled wgmma widths: 64, 128, 256");
+    static_assert(N == 32 || N == 64 || N == 128 || N == 256, "compiled S widths: 32, 64, 128, 256");
+    if (N == 32) flashc_wgmma_ss_n32<T>(d, desc_a, desc_b, scale_d);
     if (N == 64) flashc_wgmma_ss_n64<T>(d, desc_a, desc_b, scale_d);
     if (N == 128) flashc_wgmma_ss_n128<T>(d, desc_a, desc_b, scale_d);
     if (N == 256) flashc_wgmma_ss_n256<T>(d, desc_a, desc_b, scale_d);
