@@ -1,8 +1,12 @@
-/* The backward's choice of kernel: the configuration the plan picked
+/* The backward's choice of main kernel: the Hopper path where it applies
+ * (hopper_bwd.h), else the portable configuration the plan picked
  * (bwd_workspace.h: the smallest compiled head dim that holds d and dv). */
 #include "bwd_launch.h"
+#include "hopper_bwd.h"
 
 cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config) {
+    const cudaError_t hopper = flashc_hopper_bwd(p, stream, is_bf16);
+    if (hopper != cudaErrorNotSupported) return hopper;
 #define FLASHC_BWD_TRY_CONFIG(HEAD_DIM, BM, BN, W, SWM, KVWN, QWM, DQC) \
     if (head_dim_config == HEAD_DIM) return flashc_bwd_run_hdim##HEAD_DIM(p, stream, is_bf16);
     FLASHC_BWD_CONFIGS(FLASHC_BWD_TRY_CONFIG)

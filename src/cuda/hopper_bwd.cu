@@ -1,0 +1,52 @@
+/* Host side of the Hopper backward: whether it applies, its tensor maps,
+ * and the choice of head-dim configuration. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hopper_bwd.h"
+#include "hopper_host.h"
+
+static bool make_maps(flashc_hopper_bwd_maps *m, const flashc_bwd_params *p, int is_bf16) {
+    const flashc_fwd_params *f = &p->fwd;
+    const bool varlen = f->cu_seqlens_q != nullptr;
+    const int batch = varlen ? 1 : f->batch;
+    const int64_t rows_q = varlen ? f->total_q : f->seqlen_q, rows_k = varlen ? f->total_k : f->seqlen_k;
+    /* TMA coordinates are 32-bit, and a map has no empty dimension (with
+     * no rows there is nothing to compute: the portable launch handles it). */
+    if (rows_q > INT32_MAX || rows_k > INT32_MAX || rows_q < 1 || rows_k < 1 || batch < 1 || f->nheads < 1 ||
+        f->nheads_k < 1 || f->head_dim < 1 || f->head_dim_v < 1)
+        return false;
+    memset(m, 0, sizeof *m);
+    return flashc_hopper_make_map(&m->q, f->q, is_bf16, f->head_dim, rows_q, f->nheads, batch, f->q_row_stride,
+                                  f->q_head_stride, f->q_batch_stride, FLASHC_HOPPER_BWD_BLOCK_M) &&
+           flashc_hopper_make_map(&m->dout, p->dout, is_bf16, f->head_dim_v, rows_q, f->nheads, batch,
+                                  p->do_row_stride, p->do_head_stride, p->do_batch_stride,
+                                  FLASHC_HOPPER_BWD_BLOCK_M) &&
+           flashc_hopper_make_map(&m->k, f->k, is_bf16, f->head_dim, rows_k, f->nheads_k, batch, f->k_row_stride,
+                                  f->k_head_stride, f->k_batch_stride, FLASHC_HOPPER_BWD_BLOCK_N) &&
+           flashc_hopper_make_map(&m->v, f->v, is_bf16, f->head_dim_v, rows_k, f->nheads_k, batch,
+                                  f->v_row_stride, f->v_head_stride, f->v_batch_stride, FLASHC_HOPPER_BWD_BLOCK_N);
+}
+
+static bool forced_portable(void) {
+    const char *path = getenv("FLASHC_CUDA_BACKWARD");
+    return path && strcmp(path, "portable") == 0;
+}
+
+cudaError_t flashc_hopper_bwd(const flashc_bwd_params *p, void *stream, int is_bf16) {
+    if (forced_portable() || !flashc_hopper_current_device()) return cudaErrorNotSupported;
+    /* the workspace was laid out with the plan's tile; this kernel walks
+     * the query rows in tiles of its own BLOCK_M */
+    if (p->tile_m != FLASHC_HOPPER_BWD_BLOCK_M) return cudaErrorNotSupported;
+    const int d = p->fwd.head_dim > p->fwd.head_dim_v ? p->fwd.head_dim : p->fwd.head_dim_v;
+    flashc_hopper_bwd_maps maps;
+#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM)                                  \
+    if (d <= HEAD_DIM) {                                                      \
+        if (!make_maps(&maps, p, is_bf16)) return cudaErrorNotSupported;      \
+        return flashc_hopper_bwd_run_hdim##HEAD_DIM(p, &maps, stream, is_bf16); \
+    }
+    FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_TRY_CONFIG)
+#undef FLASHC_HOPPER_BWD_TRY_CONFIG
+    return cudaErrorNotSupported;
+}

@@ -1,0 +1,33 @@
+/* The Hopper backward main kernel (sm_90a: TMA + wgmma), called by
+ * bwd_dispatch.cu before the portable kernel. It shares the preprocess,
+ * the dQ conversion and the workspace layout with the portable path. */
+#ifndef FLASHC_CUDA_HOPPER_BWD_H
+#define FLASHC_CUDA_HOPPER_BWD_H
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "bwd_params.h"
+#include "hopper_bwd_config.h"
+
+/* Tensor maps of q, k, v and dout: dims (head dim, rows, heads, batch),
+ * boxes of 64 columns x the tile's rows, 128-byte swizzle (hopper_bwd.cu). */
+typedef struct flashc_hopper_bwd_maps {
+    CUtensorMap q, k, v, dout;
+} flashc_hopper_bwd_maps;
+
+#define FLASHC_HOPPER_BWD_DECLARE_RUN(HEAD_DIM)                                                                  \
+    cudaError_t flashc_hopper_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, const flashc_hopper_bwd_maps *m, \
+                                                     void *stream, int is_bf16);
+FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DECLARE_RUN)
+#undef FLASHC_HOPPER_BWD_DECLARE_RUN
+
+/* Runs the backward's main kernel on the Hopper path when it applies: the
+ * current device is compute capability 9.0, max(d, dv) <= 128, the
+ * workspace tile is FLASHC_HOPPER_BWD_BLOCK_M, the tensors suit TMA, and
+ * the environment variable FLASHC_CUDA_BACKWARD is not "portable" (which
+ * tests use to reach the portable kernel on a Hopper GPU). Returns
+ * cudaErrorNotSupported, having done nothing, when it does not apply. */
+cudaError_t flashc_hopper_bwd(const flashc_bwd_params *p, void *stream, int is_bf16);
+
+#endif

@@ -1,0 +1,462 @@
+/* The Hopper backward kernel (sm_90a): the portable backward's algorithm
+ * (bwd_kernel.cuh) with the five GEMMs on wgmma and the tiles brought in
+ * by TMA.
+ *
+ * One CTA owns BLOCK_N = 128 keys of one (sequence, kv head), with K and V
+ * in shared memory and dK, dV in registers, and walks every query head of
+ * the kv head's group and every BLOCK_M = 64-row query block that sees its
+ * keys, in three warpgroups:
+ *   - warpgroup 0, the producer: one lane issues every copy: K and V once
+ *     per key block, then Q, dO and their LSE2 / D rows into a two-stage
+ *     ring, each stage refilled once both consumers released it;
+ *   - warpgroups 1 and 2, the consumers, each owning 64 of the keys. Per
+ *     query block, with the products transposed so that accumulator rows
+ *     are keys (columns are queries):
+ *       S^T = K Q^T, dP^T = V dO^T          SS wgmma, both K-major
+ *       Pd^T, dS^T                          hopper_bwd_scores.cuh
+ *       dV += Pd^T dO, dK += dS^T Q         RS wgmma: the accumulators are
+ *                                           already A fragments; dO and Q
+ *                                           as stored are MN-major B
+ *       dS^T -> shared memory, both warpgroups' halves, then
+ *       dQ = dS K                           SS wgmma, dS^T read as an
+ *                                           MN-major A, K as an MN-major B;
+ *                                           warpgroup w computes dQ columns
+ *                                           [w HEAD_DIM / 2, (w + 1) HEAD_DIM / 2)
+ *       dQ added into the float32 accumulator (atomics; deterministic:
+ *       this CTA's own slice, every element added by one thread in a
+ *       fixed order)
+ * dK * scale and dV are stored from the registers at the end of the key
+ * block: the CTA's sums run in a fixed order, so they are bitwise stable.
+ *
+ * Rows a TMA box brings from past a sequence's end (varlen and seqused_k:
+ * another sequence's data, possibly NaN) are zeroed in shared memory: the
+ * masks give those keys / queries P = dS = 0, but the GEMMs still multiply
+ * them by 0. Past the end of the whole tensor TMA fills zeros itself. */
+#ifndef FLASHC_CUDA_HOPPER_BWD_KERNEL_CUH
+#define FLASHC_CUDA_HOPPER_BWD_KERNEL_CUH
+
+#include <math.h>
+
+#include "../core/semantics.h"
+#include "bwd_kernel.cuh"
+#include "bwd_params.h"
+#include "bwd_rows.cuh"
+#include "fwd_kernel.cuh"
+#include "fwd_mask.cuh"
+#include "fwd_seq.cuh"
+#include "hopper_bwd.h"
+#include "hopper_bwd_config.h"
+#include "hopper_bwd_ptx.cuh"
+#include "hopper_bwd_scores.cuh"
+#include "hopper_ptx.cuh"
+
+/* Named barriers over the 256 consumer threads (0 is __syncthreads). */
+enum { FLASHC_HOPPER_BWD_BAR_ZEROED = 1, FLASHC_HOPPER_BWD_BAR_DS_READY = 2 };
+#define FLASHC_HOPPER_BWD_CONSUMER_THREADS (128 * FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS)
+
+/* Shared memory, every tile 1024-byte aligned (plus slack to align the
+ * base). K, V, Q, dO: HEAD_DIM / 64 column blocks of [rows x 128 bytes],
+ * 128-byte swizzle (as TMA writes them). dS^T: BLOCK_N key rows of the
+ * BLOCK_M = 64 queries (one 128-byte row each), same swizzle, two buffers
+ * so one named barrier per query block orders writes after reads. */
+template <int HEAD_DIM>
+struct flashc_hopper_bwd_smem {
+    static constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M, BLOCK_N = FLASHC_HOPPER_BWD_BLOCK_N;
+    static constexpr int STAGES = FLASHC_HOPPER_BWD_STAGES;
+    static constexpr int KV_BYTES = BLOCK_N * HEAD_DIM * 2;
+    static constexpr int QO_BYTES = BLOCK_M * HEAD_DIM * 2;
+    static constexpr int DS_BYTES = BLOCK_N * BLOCK_M * 2;
+    static constexpr int ROWS_BYTES = 2 * BLOCK_M * 4; /* LSE2 then D */
+    static constexpr int K_OFFSET = 0;
+    static constexpr int V_OFFSET = K_OFFSET + KV_BYTES;
+    static constexpr int Q_OFFSET = V_OFFSET + KV_BYTES;
+    static constexpr int DO_OFFSET = Q_OFFSET + STAGES * QO_BYTES;
+    static constexpr int DS_OFFSET = DO_OFFSET + STAGES * QO_BYTES;
+    static constexpr int ROWS_OFFSET = DS_OFFSET + 2 * DS_BYTES;
+    static constexpr int BARRIER_OFFSET = ROWS_OFFSET + STAGES * ROWS_BYTES;
+    /* kv_full, kv_empty, qdo_full[STAGES], qdo_empty[STAGES] */
+    static constexpr int BARRIERS = 2 + 2 * STAGES;
+    static constexpr int BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
+    static_assert(BLOCK_M == 64, "dS^T rows are one 128-byte swizzle row of queries");
+    static_assert(BYTES <= 227 * 1024, "shared memory of one CTA");
+
+    /* Shared addresses, from the 1024-aligned base. */
+    static __device__ uint32_t k_tile(uint32_t base) { return base + K_OFFSET; }
+    static __device__ uint32_t v_tile(uint32_t base) { return base + V_OFFSET; }
+    static __device__ uint32_t q_tile(uint32_t base, int s) { return base + Q_OFFSET + s * QO_BYTES; }
+    static __device__ uint32_t do_tile(uint32_t base, int s) { return base + DO_OFFSET + s * QO_BYTES; }
+    static __device__ uint32_t ds_tile(uint32_t base, int b) { return base + DS_OFFSET + b * DS_BYTES; }
+    static __device__ uint32_t rows(uint32_t base, int s) { return base + ROWS_OFFSET + s * ROWS_BYTES; }
+    static __device__ uint32_t kv_full(uint32_t base) { return base + BARRIER_OFFSET; }
+    static __device__ uint32_t kv_empty(uint32_t base) { return kv_full(base) + 8; }
+    static __device__ uint32_t qdo_full(uint32_t base, int s) { return kv_full(base) + 8 * (2 + s); }
+    static __device__ uint32_t qdo_empty(uint32_t base, int s) { return qdo_full(base, STAGES + s); }
+};
+
+/* The query blocks that see key block n_block of a sequence: iteration it
+ * of the key block is query head head_k * group + it / m_count, rows
+ * (m_first + it % m_count) * BLOCK_M on. Producer and consumers walk the
+ * same list. */
+typedef struct flashc_hopper_bwd_block {
+    int n0, keys;          /* first key, keys of the block inside the sequence */
+    int m_first, m_count;  /* query blocks that see any of the keys */
+    int iters;             /* group * m_count */
+} flashc_hopper_bwd_block;
+
+static __device__ __forceinline__ flashc_hopper_bwd_block flashc_hopper_bwd_block_of(const flashc_fwd_params &p,
+                                                                                     const flashc_fwd_seq &seq,
+                                                                                     int n_block, int group) {
+    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M, BLOCK_N = FLASHC_HOPPER_BWD_BLOCK_N;
+    flashc_hopper_bwd_block b;
+    b.n0 = n_block * BLOCK_N;
+    b.keys = min(BLOCK_N, seq.sk - b.n0);
+    int first_row, last_row;
+    flashc_bwd_rows_seeing(b.n0, b.n0 + b.keys, seq.sq, seq.sk, p.window_left, p.window_right, &first_row, &last_row);
+    b.m_first = first_row / BLOCK_M;
+    b.m_count = last_row >= first_row ? last_row / BLOCK_M - b.m_first + 1 : 0;
+    b.iters = group * b.m_count;
+    return b;
+}
+
+/* The producer: one thread issues, per key block that any query sees, K
+ * and V (once both consumers are done with the previous key block), then
+ * Q, dO, LSE2 and D of every iteration into the stage ring. */
+template <int HEAD_DIM>
+static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_hopper_bwd_maps &maps,
+                                                                 const flashc_bwd_params &p,
+                                                                 const flashc_fwd_seq &seq, int batch, int head_k,
+                                                                 int chunk, uint32_t base) {
+    typedef flashc_hopper_bwd_smem<HEAD_DIM> L;
+    constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
+    const int group = p.fwd.nheads / p.fwd.nheads_k;
+    /* varlen maps have one batch entry and count rows in the packed tensor */
+    const int map_batch = p.fwd.cu_seqlens_q ? 0 : batch;
+    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, BLOCK_M);
+    int loaded = 0, step = 0;
+    for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
+        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of(p.fwd, seq, n_block, group);
+        if (blk.iters == 0) continue;
+        flashc_mbarrier_wait(L::kv_empty(base), (loaded & 1) ^ 1);
+        flashc_mbarrier_expect_bytes(L::kv_full(base), 2 * L::KV_BYTES);
+        const int key_row = (int)(seq.k_start + blk.n0);
+#pragma unroll
+        for (int cb = 0; cb < HEAD_DIM / 64; ++cb) {
+            flashc_tma_load_4d(L::k_tile(base) + cb * BLOCK_N * 128, &maps.k, 64 * cb, key_row, head_k, map_batch,
+                               L::kv_full(base));
+            flashc_tma_load_4d(L::v_tile(base) + cb * BLOCK_N * 128, &maps.v, 64 * cb, key_row, head_k, map_batch,
+                               L::kv_full(base));
+        }
+        ++loaded;
+        for (int it = 0; it < blk.iters; ++it, ++step) {
+            const int s = step % L::STAGES;
+            const uint32_t phase = (uint32_t)(step / L::STAGES) & 1;
+            const int head = head_k * group + it / blk.m_count;
+            const int m0 = (blk.m_first + it % blk.m_count) * BLOCK_M;
+            const int q_row = (int)(seq.q_start + m0);
+            flashc_mbarrier_wait(L::qdo_empty(base, s), phase ^ 1);
+            flashc_mbarrier_expect_bytes(L::qdo_full(base, s), 2 * L::QO_BYTES + L::ROWS_BYTES);
+#pragma unroll
+            for (int cb = 0; cb < HEAD_DIM / 64; ++cb) {
+                flashc_tma_load_4d(L::q_tile(base, s) + cb * BLOCK_M * 128, &maps.q, 64 * cb, q_row, head, map_batch,
+                                   L::qdo_full(base, s));
+                flashc_tma_load_4d(L::do_tile(base, s) + cb * BLOCK_M * 128, &maps.dout, 64 * cb, q_row, head,
+                                   map_batch, L::qdo_full(base, s));
+            }
+            /* the preprocess wrote whole tiles: no bounds to check */
+            const int64_t ws_row = head * p.ws_rows + ws_row0 + m0;
+            flashc_bulk_load(L::rows(base, s), p.lse2 + ws_row, BLOCK_M * 4, L::qdo_full(base, s));
+            flashc_bulk_load(L::rows(base, s) + BLOCK_M * 4, p.dsum + ws_row, BLOCK_M * 4, L::qdo_full(base, s));
+        }
+    }
+}
+
+/* Zero rows [first_row, ROWS) of a tile of COL_BLOCKS [ROWS x 128-byte]
+ * column blocks (whole rows, so the swizzle does not matter), spread over
+ * the consumer threads. The caller fences and synchronises. */
+template <int ROWS, int COL_BLOCKS>
+static __device__ void flashc_hopper_bwd_zero_rows(unsigned char *tile, int first_row, int consumer_thread) {
+    constexpr int CHUNKS_PER_ROW = 128 / 16;
+    const int rows = ROWS - first_row;
+    const int chunks = COL_BLOCKS * rows * CHUNKS_PER_ROW;
+    for (int c = consumer_thread; c < chunks; c += FLASHC_HOPPER_BWD_CONSUMER_THREADS) {
+        const int block = c / (rows * CHUNKS_PER_ROW), rest = c % (rows * CHUNKS_PER_ROW);
+        const int row = first_row + rest / CHUNKS_PER_ROW, chunk = rest % CHUNKS_PER_ROW;
+        *reinterpret_cast<uint4 *>(tile + block * ROWS * 128 + row * 128 + chunk * 16) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* Make the consumers' ordinary shared-memory writes visible to wgmma, then
+ * wait for both consumer warpgroups. */
+static __device__ __forceinline__ void flashc_hopper_bwd_publish(int barrier) {
+    flashc_fence_proxy_async();
+    flashc_named_barrier(barrier, FLASHC_HOPPER_BWD_CONSUMER_THREADS);
+}
+
+/* A = rows [64 w, 64 w + 64) of K (or V), B = the 64 rows of Q (or dO):
+ * HEAD_DIM / 16 k-steps, both K-major (32 bytes per k-step inside a
+ * 64-column block, then the next block). One batch, committed. */
+template <typename T, int HEAD_DIM>
+static __device__ __forceinline__ void flashc_hopper_bwd_issue_transposed_scores(float *acc, uint32_t keys_addr,
+                                                                                 uint32_t queries_addr) {
+    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M, BLOCK_N = FLASHC_HOPPER_BWD_BLOCK_N;
+    flashc_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
+        const uint32_t step = (ks % 4) * 32;
+        const uint64_t desc_a = flashc_wgmma_desc(keys_addr + step + (ks / 4) * BLOCK_N * 128, 16);
+        const uint64_t desc_b = flashc_wgmma_desc(queries_addr + step + (ks / 4) * BLOCK_M * 128, 16);
+        flashc_wgmma_ss<T, BLOCK_M>(acc, desc_a, desc_b, ks > 0);
+    }
+    flashc_wgmma_commit();
+}
+
+/* acc (keys x head dim) += A B with A the 16-bit fragments of a transposed
+ * score tile (k = the 64 queries) and B = dO or Q of the stage as stored:
+ * queries x head dim, MN-major (16 query rows per k-step, column blocks
+ * BLOCK_M * 128 bytes apart). One batch, committed. */
+template <typename T, int HEAD_DIM>
+static __device__ __forceinline__ void flashc_hopper_bwd_issue_key_grad(float *acc,
+                                                                        const uint32_t (&a)[FLASHC_HOPPER_BWD_BLOCK_M / 16][4],
+                                                                        uint32_t queries_addr) {
+    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
+    flashc_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BLOCK_M / 16; ++ks)
+        flashc_wgmma_rs<T, HEAD_DIM>(acc, a[ks], flashc_wgmma_desc(queries_addr + ks * 16 * 128, BLOCK_M * 128));
+    flashc_wgmma_commit();
+}
+
+/* dQ columns [col0, col0 + HEAD_DIM / 2) = dS K over the BLOCK_N keys:
+ * A = dS^T in shared memory (key rows of 64 queries: MN-major, one
+ * 64-query column block), B = K as stored (key rows, MN-major; the
+ * columns start inside column block col0 / 64, blocks BLOCK_N * 128 bytes
+ * apart); 16 key rows (2048 bytes) per k-step. One batch, committed. */
+template <typename T, int HEAD_DIM>
+static __device__ __forceinline__ void flashc_hopper_bwd_issue_dq(float *acc, uint32_t ds_addr, uint32_t k_addr,
+                                                                  int col0) {
+    constexpr int BLOCK_N = FLASHC_HOPPER_BWD_BLOCK_N;
+    const uint32_t b_addr = k_addr + (col0 / 64) * BLOCK_N * 128 + (col0 % 64) * 2;
+    flashc_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BLOCK_N / 16; ++ks)
+        flashc_wgmma_ss_mn<T, HEAD_DIM / 2>(acc, flashc_wgmma_desc(ds_addr + ks * 2048, BLOCK_N * 128),
+                                            flashc_wgmma_desc(b_addr + ks * 2048, BLOCK_N * 128), ks > 0);
+    flashc_wgmma_commit();
+}
+
+/* Store this warp's 16 x 64 slice of dS^T (16-bit fragments, the A layout
+ * of the RS wgmma) into the dS^T tile: fragment register r of k-step ks is
+ * key row g + 8 (r % 2), queries 16 ks + 8 (r / 2) + 2 (lane % 4) + {0, 1},
+ * i.e. 16-byte chunk 2 ks + r / 2 of the row, swizzled by the row. */
+static __device__ __forceinline__ void flashc_hopper_bwd_store_ds(unsigned char *ds_tile, int key_row0, int lane,
+                                                                  const uint32_t (&ds)[FLASHC_HOPPER_BWD_BLOCK_M / 16][4]) {
+#pragma unroll
+    for (int ks = 0; ks < FLASHC_HOPPER_BWD_BLOCK_M / 16; ++ks)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int row = key_row0 + lane / 4 + 8 * (r % 2);
+            const int chunk = (2 * ks + r / 2) ^ (row % 8);
+            *reinterpret_cast<uint32_t *>(ds_tile + row * 128 + chunk * 16 + 4 * (lane % 4)) = ds[ks][r];
+        }
+}
+
+/* A consumer warpgroup: its 64 keys of every key block of this CTA.
+ * GENERAL: softcap or dropout (hopper_bwd_scores.cuh). */
+template <typename T, int HEAD_DIM, bool GENERAL>
+static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bwd_params &p,
+                                                                 const flashc_fwd_seq &seq, int batch, int head_k,
+                                                                 int chunk, int warpgroup, int warp_in_group,
+                                                                 int lane, unsigned char *smem, uint32_t base) {
+    typedef flashc_hopper_bwd_smem<HEAD_DIM> L;
+    constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
+    constexpr int Q_ATOMS = BLOCK_M / 8;         /* column atoms of S^T, dP^T */
+    constexpr int D_ATOMS = HEAD_DIM / 8;        /* column atoms of dK, dV */
+    constexpr int DQ_COLS = HEAD_DIM / 2;        /* dQ columns per warpgroup */
+    constexpr int DQ_ATOMS = DQ_COLS / 8;
+    const int group = p.fwd.nheads / p.fwd.nheads_k;
+    const int shift = seq.sk - seq.sq;
+    const int consumer_thread = threadIdx.x - 128;
+    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, BLOCK_M);
+    float *dq_accum = p.dq_accum + (p.deterministic ? (int64_t)chunk * p.dq_slice_stride : 0);
+    const int wg_key0 = 64 * warpgroup;                     /* this warpgroup's first key in the block */
+    const int warp_key0 = wg_key0 + 16 * warp_in_group;     /* this warp's first key in the block */
+    const int dq_col0 = warpgroup * DQ_COLS;
+    const uint32_t k_addr = L::k_tile(base), v_addr = L::v_tile(base);
+
+    int loaded = 0, step = 0;
+    for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
+        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of(p.fwd, seq, n_block, group);
+        float acc_dk[1][D_ATOMS][4], acc_dv[1][D_ATOMS][4];
+        flashc_zero_acc(acc_dk);
+        flashc_zero_acc(acc_dv);
+
+        if (blk.iters > 0) {
+            flashc_mbarrier_wait(L::kv_full(base), loaded & 1);
+            ++loaded;
+            if (blk.keys < BLOCK_N) { /* uniform over the consumers */
+                flashc_hopper_bwd_zero_rows<BLOCK_N, HEAD_DIM / 64>(smem + L::K_OFFSET, blk.keys, consumer_thread);
+                flashc_hopper_bwd_zero_rows<BLOCK_N, HEAD_DIM / 64>(smem + L::V_OFFSET, blk.keys, consumer_thread);
+                flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_ZEROED);
+            }
+        }
+        flashc_hopper_bwd_pos pos;
+        pos.key0 = blk.n0 + warp_key0 + lane / 4;
+        pos.shift = shift;
+        pos.sk = seq.sk;
+
+        for (int it = 0; it < blk.iters; ++it, ++step) {
+            const int s = step % L::STAGES;
+            const int head = head_k * group + it / blk.m_count;
+            const int m0 = (blk.m_first + it % blk.m_count) * BLOCK_M;
+            const int rows = min(BLOCK_M, seq.sq - m0);
+            flashc_mbarrier_wait(L::qdo_full(base, s), (uint32_t)(step / L::STAGES) & 1);
+            if (rows < BLOCK_M) { /* uniform over the consumers */
+                flashc_hopper_bwd_zero_rows<BLOCK_M, HEAD_DIM / 64>(smem + L::Q_OFFSET + s * L::QO_BYTES, rows,
+                                                                    consumer_thread);
+                flashc_hopper_bwd_zero_rows<BLOCK_M, HEAD_DIM / 64>(smem + L::DO_OFFSET + s * L::QO_BYTES, rows,
+                                                                    consumer_thread);
+                flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_ZEROED);
+            }
+
+            /* S^T and dP^T, two batches: P^T is computed while dP^T runs */
+            float acc_s[1][Q_ATOMS][4], acc_dp[1][Q_ATOMS][4];
+            flashc_hopper_bwd_issue_transposed_scores<T, HEAD_DIM>(&acc_s[0][0][0], k_addr + wg_key0 * 128,
+                                                                   L::q_tile(base, s));
+            flashc_hopper_bwd_issue_transposed_scores<T, HEAD_DIM>(&acc_dp[0][0][0], v_addr + wg_key0 * 128,
+                                                                   L::do_tile(base, s));
+            flashc_wgmma_wait<1>(); /* S^T in, dP^T may still run */
+            flashc_fence_registers<BLOCK_M / 2>(&acc_s[0][0][0]);
+            {
+                pos.query0 = m0 + 2 * (lane % 4);
+                const bool masked = flashc_tile_needs_mask(m0, rows, blk.n0 + wg_key0, 64, seq.sk, shift,
+                                                           p.fwd.window_left, p.fwd.window_right);
+                float alibi_slope_log2 = 0.0f;
+                if (p.fwd.alibi_slopes)
+                    alibi_slope_log2 =
+                        p.fwd.alibi_slopes[batch * p.fwd.alibi_batch_stride + head * p.fwd.alibi_head_stride] *
+                        (float)FLASHC_LOG2E;
+                const float *lse2 = reinterpret_cast<const float *>(smem + L::ROWS_OFFSET + s * L::ROWS_BYTES);
+                const float *dsum = lse2 + BLOCK_M;
+                const int col0 = 2 * (lane % 4);
+                if (GENERAL) {
+                    const uint32_t keep = p.fwd.dropout_threshold
+                                              ? flashc_hopper_bwd_keep_bits<Q_ATOMS>(p.fwd, pos, batch, head)
+                                              : ~0u;
+                    flashc_wgmma_wait<0>();
+                    flashc_fence_registers<BLOCK_M / 2>(&acc_dp[0][0][0]);
+                    flashc_hopper_bwd_scores_general<Q_ATOMS>(acc_s, acc_dp, lse2, dsum, col0, p.fwd, pos, masked,
+                                                              alibi_slope_log2, keep);
+                } else {
+                    flashc_hopper_bwd_probs<Q_ATOMS>(acc_s, lse2, col0, p.fwd, pos, masked, alibi_slope_log2);
+                    flashc_wgmma_wait<0>();
+                    flashc_fence_registers<BLOCK_M / 2>(&acc_dp[0][0][0]);
+                    flashc_hopper_bwd_dscores<Q_ATOMS>(acc_s, acc_dp, dsum, col0);
+                }
+            }
+            uint32_t p_frag[1][Q_ATOMS / 2][4], ds_frag[1][Q_ATOMS / 2][4];
+            flashc_pack_p<T>(p_frag, acc_s);
+            flashc_pack_p<T>(ds_frag, acc_dp);
+
+            /* dS^T to shared memory for dQ; dV and dK start meanwhile */
+            flashc_hopper_bwd_store_ds(smem + L::DS_OFFSET + (step % 2) * L::DS_BYTES, warp_key0, lane, ds_frag[0]);
+            flashc_hopper_bwd_issue_key_grad<T, HEAD_DIM>(&acc_dv[0][0][0], p_frag[0], L::do_tile(base, s));
+            flashc_hopper_bwd_issue_key_grad<T, HEAD_DIM>(&acc_dk[0][0][0], ds_frag[0], L::q_tile(base, s));
+            /* Both halves of dS^T written. Also: both warpgroups finished
+             * the dQ of the previous query block (each waited for it before
+             * arriving here), so dS^T buffer step % 2 is not reread while
+             * the next block writes the other one. */
+            flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
+
+            float acc_dq[1][DQ_ATOMS][4];
+            flashc_hopper_bwd_issue_dq<T, HEAD_DIM>(&acc_dq[0][0][0], L::ds_tile(base, step % 2), k_addr, dq_col0);
+            flashc_wgmma_wait<0>();
+            flashc_fence_registers<DQ_COLS / 2>(&acc_dq[0][0][0]);
+            flashc_fence_registers<HEAD_DIM / 2>(&acc_dv[0][0][0]);
+            flashc_fence_registers<HEAD_DIM / 2>(&acc_dk[0][0][0]);
+            if (lane == 0) flashc_mbarrier_arrive(L::qdo_empty(base, s)); /* Q, dO, rows of stage s read */
+
+            /* dQ rows of the block inside the sequence, columns inside d */
+            float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int row = 16 * warp_in_group + 8 * half + lane / 4;
+                if (row >= rows) continue;
+#pragma unroll
+                for (int j = 0; j < DQ_ATOMS; ++j) {
+                    const int col = dq_col0 + 8 * j + 2 * (lane % 4);
+                    if (col >= p.fwd.head_dim) continue; /* head_dim is even: col + 1 is inside too */
+                    atomicAdd(reinterpret_cast<float2 *>(dq_rows + (int64_t)row * p.fwd.head_dim + col),
+                              make_float2(acc_dq[0][j][2 * half], acc_dq[0][j][2 * half + 1]));
+                }
+            }
+        }
+        /* every read of K and V for this key block has completed */
+        if (blk.iters > 0 && lane == 0) flashc_mbarrier_arrive(L::kv_empty(base));
+
+        /* dK * scale and dV, straight from the fragments; keys of the block
+         * no query sees get zeros */
+        T *dk = reinterpret_cast<T *>(p.dk) + batch * p.dk_batch_stride + (seq.k_start + blk.n0) * p.dk_row_stride +
+                head_k * p.dk_head_stride;
+        T *dv = reinterpret_cast<T *>(p.dv) + batch * p.dv_batch_stride + (seq.k_start + blk.n0) * p.dv_row_stride +
+                head_k * p.dv_head_stride;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int key = warp_key0 + 8 * half + lane / 4;
+            if (key >= blk.keys) continue;
+#pragma unroll
+            for (int j = 0; j < D_ATOMS; ++j) {
+                const int col = 8 * j + 2 * (lane % 4);
+                if (col < p.fwd.head_dim)
+                    *reinterpret_cast<uint32_t *>(dk + key * p.dk_row_stride + col) =
+                        flashc_pack2<T>(acc_dk[0][j][2 * half] * p.scale, acc_dk[0][j][2 * half + 1] * p.scale);
+                if (col < p.fwd.head_dim_v)
+                    *reinterpret_cast<uint32_t *>(dv + key * p.dv_row_stride + col) =
+                        flashc_pack2<T>(acc_dv[0][j][2 * half], acc_dv[0][j][2 * half + 1]);
+            }
+        }
+    }
+}
+
+template <typename T, int HEAD_DIM, bool GENERAL>
+__global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
+    flashc_hopper_bwd_kernel(const __grid_constant__ flashc_hopper_bwd_maps maps, const flashc_bwd_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef flashc_hopper_bwd_smem<HEAD_DIM> L;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const uint32_t raw_addr = flashc_smem_addr(smem_raw);
+    const uint32_t base = (raw_addr + 1023u) & ~1023u;
+
+    /* Grid: as the portable kernel's (key-block chunk fastest). */
+    const int chunk = (int)(blockIdx.x % p.nchunks);
+    const int head_k = (int)(blockIdx.x / p.nchunks % p.fwd.nheads_k);
+    const int batch = (int)(blockIdx.x / p.nchunks / p.fwd.nheads_k);
+    const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
+    if (chunk * L::BLOCK_N >= seq.sk) return; /* no key block: nothing to write */
+
+    if (threadIdx.x == 0) {
+        flashc_mbarrier_init(L::kv_full(base), 1);
+        /* every consumer warp releases a buffer after its wgmma wait */
+        flashc_mbarrier_init(L::kv_empty(base), 4 * FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS);
+        for (int s = 0; s < L::STAGES; ++s) {
+            flashc_mbarrier_init(L::qdo_full(base, s), 1);
+            flashc_mbarrier_init(L::qdo_empty(base, s), 4 * FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS);
+        }
+        flashc_mbarrier_init_fence();
+    }
+    __syncthreads();
+
+    const int warp = threadIdx.x / 32;
+    if (warp < 4) {
+        flashc_setmaxnreg_dec<FLASHC_HOPPER_BWD_PRODUCER_REGISTERS>();
+        if (threadIdx.x == 0) flashc_hopper_bwd_produce<HEAD_DIM>(maps, p, seq, batch, head_k, chunk, base);
+    } else {
+        flashc_setmaxnreg_inc<FLASHC_HOPPER_BWD_CONSUMER_REGISTERS>();
+        flashc_hopper_bwd_consume<T, HEAD_DIM, GENERAL>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,
+                                                        threadIdx.x % 32, smem_raw + (base - raw_addr), base);
+    }
+#else
+    __trap(); /* built without sm_90a: the dispatcher never launches this */
+#endif
+}
+
+#endif

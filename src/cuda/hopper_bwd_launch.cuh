@@ -1,0 +1,43 @@
+/* Launching one Hopper backward configuration (hopper_bwd_config.h): the
+ * four kernels of a head dim (float16 / bfloat16 x plain / general), the
+ * shared-memory opt-in and the portable kernel's grid (key-block chunk,
+ * kv head, sequence). Each hopper_bwd_hdim*.cu instantiates one head dim. */
+#ifndef FLASHC_CUDA_HOPPER_BWD_LAUNCH_CUH
+#define FLASHC_CUDA_HOPPER_BWD_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+
+#include "hopper_bwd.h"
+#include "hopper_bwd_config.h"
+#include "hopper_bwd_kernel.cuh"
+#include "smem_optin.cuh"
+
+template <typename T, int HEAD_DIM, bool GENERAL>
+static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const flashc_hopper_bwd_maps &maps,
+                                            cudaStream_t stream) {
+    auto kernel = flashc_hopper_bwd_kernel<T, HEAD_DIM, GENERAL>;
+    constexpr int smem = flashc_hopper_bwd_smem<HEAD_DIM>::BYTES;
+    static unsigned long long smem_raised;
+    cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
+    if (err != cudaSuccess) return err;
+    const long long blocks = (long long)p.nchunks * p.fwd.nheads_k * p.fwd.batch;
+    if (blocks == 0) return cudaSuccess;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    kernel<<<(unsigned)blocks, FLASHC_HOPPER_BWD_THREADS, smem, stream>>>(maps, p);
+    return cudaGetLastError();
+}
+
+/* general: softcap or dropout (the scores' slower path). */
+#define FLASHC_HOPPER_BWD_DEFINE_RUN(HEAD_DIM)                                                                  \
+    cudaError_t flashc_hopper_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, const flashc_hopper_bwd_maps *m, \
+                                                     void *stream, int is_bf16) {                               \
+        cudaStream_t s = (cudaStream_t)stream;                                                                 \
+        const bool general = p->fwd.softcap_inv_scale != 0.0f || p->fwd.dropout_threshold != 0u;               \
+        if (is_bf16)                                                                                           \
+            return general ? flashc_hopper_bwd_launch<__nv_bfloat16, HEAD_DIM, true>(*p, *m, s)                 \
+                           : flashc_hopper_bwd_launch<__nv_bfloat16, HEAD_DIM, false>(*p, *m, s);               \
+        return general ? flashc_hopper_bwd_launch<__half, HEAD_DIM, true>(*p, *m, s)                            \
+                       : flashc_hopper_bwd_launch<__half, HEAD_DIM, false>(*p, *m, s);                          \
+    }
+
+#endif
