@@ -4,7 +4,8 @@
  * sequences of 1, 17, 63, 65, 127, 129 and 1000 rows, all in one process
  * with every output and workspace NaN-poisoned before each call;
  * deterministic mode bit-identical over 10 runs; dK and dV bit-identical
- * over 10 runs with dQ accumulated by atomics; rows that see no key;
+ * over 10 runs with dQ accumulated by atomics; CTAs that walk several key
+ * blocks (deterministic, many kv heads); rows that see no key;
  * large-magnitude inputs; sequences of 16384+; errors specific to the
  * backward. Each gradient is checked against the double reference and the
  * CPU backend unless the case says otherwise.
@@ -205,6 +206,38 @@ static void dkdv_stable_with_atomics(void **state) {
     }
     printf("cuda dk/dv stable: dq changed between runs in %d of %d cases (atomics; allowed)\n", dq_changes, count);
     if (failed) fail_msg("cuda dk/dv stable: %d of %d cases failed", failed, count);
+}
+
+/* With batch * nheads_k above FLASHC_BWD_DET_TARGET_CTAS (264), the
+ * deterministic plan deals one chunk per (sequence, kv head): each CTA then
+ * walks all its key blocks in turn, reloading K and V into the same shared
+ * memory (the Hopper kernel's K / V barriers go through several phases). */
+static void deterministic_key_block_walk(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    int n = 0;
+    test_config c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 12, 46, 23, 64, 64, 40, 300);
+    c.options.deterministic = 1;
+    c.with_dlse = 1;
+    cfgs[n++] = c;
+    c.dtype = FLASHC_DTYPE_FLOAT16;
+    c.d = c.dv = 128;
+    c.nheads = 23;
+    c.seqlen_q = 70;
+    c.seqlen_k = 260;
+    c.options.causal = 1;
+    cfgs[n++] = c;
+    static const int64_t lq[12] = {1, 17, 63, 65, 127, 129, 30, 200, 2, 64, 128, 9};
+    static const int64_t lk[12] = {300, 1, 129, 17, 65, 400, 63, 2, 257, 128, 5, 130};
+    c = varlen_config(FLASHC_DTYPE_BFLOAT16, 12, lq, lk, 64, 64);
+    c.nheads = 23;
+    c.nheads_k = 23;
+    c.options.deterministic = 1;
+    c.options.window_left = 50;
+    c.options.window_right = 20;
+    c.varlen_gap_rows = 2;
+    cfgs[n++] = c;
+    tcuda_run_cases("cuda backward deterministic key-block walk", cfgs, n, 1);
 }
 
 /* ---- Rows that see no key ---------------------------------------------- */
@@ -415,6 +448,7 @@ int main(void) {
         cmocka_unit_test(every_configuration),
         cmocka_unit_test(deterministic_bit_identical),
         cmocka_unit_test(dkdv_stable_with_atomics),
+        cmocka_unit_test(deterministic_key_block_walk),
         cmocka_unit_test(fully_masked_rows),
         cmocka_unit_test(large_magnitudes),
         cmocka_unit_test(long_sequences),

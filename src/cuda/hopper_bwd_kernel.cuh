@@ -385,8 +385,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                 for (int j = 0; j < DQ_ATOMS; ++j) {
                     const int col = dq_col0 + 8 * j + 2 * (lane % 4);
                     if (col >= p.fwd.head_dim) continue; /* head_dim is even: col + 1 is inside too */
-                    atomicAdd(reinterpret_cast<float2 *>(dq_rows + (int64_t)row * p.fwd.head_dim + col),
-                              make_float2(acc_dq[0][j][2 * half], acc_dq[0][j][2 * half + 1]));
+                    flashc_red_add_f32x2(dq_rows + (int64_t)row * p.fwd.head_dim + col, acc_dq[0][j][2 * half],
+                                         acc_dq[0][j][2 * half + 1]);
                 }
             }
         }

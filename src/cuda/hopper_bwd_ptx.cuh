@@ -1,7 +1,8 @@
 /* The sm_90a instructions the Hopper backward needs beyond hopper_ptx.cuh:
  * wgmma with both operands MN-major (dQ = dS K, with dS stored as dS^T and
- * K as stored, keys x head dim) and the plain bulk copy that brings the
- * LSE / D rows in on the same mbarrier as the Q / dO tiles. */
+ * K as stored, keys x head dim), the plain bulk copy that brings the
+ * LSE / D rows in on the same mbarrier as the Q / dO tiles, and the vector
+ * reduction that adds dQ into its float32 accumulator. */
 #ifndef FLASHC_CUDA_HOPPER_BWD_PTX_CUH
 #define FLASHC_CUDA_HOPPER_BWD_PTX_CUH
 
@@ -14,6 +15,12 @@ static __device__ __forceinline__ void flashc_bulk_load(uint32_t dst, const void
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
         "l"(src), "r"(bytes), "r"(bar)
         : "memory");
+}
+
+/* *addr += a, addr[1] += b: one vector reduction (no return value, so no
+ * round trip; address 8-byte aligned). */
+static __device__ __forceinline__ void flashc_red_add_f32x2(float *addr, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
 }
 
 /* m64nNk16, A and B both MN-major (transpose flags 1, 1): A is read from a
