@@ -5,9 +5,9 @@
 #
 #   build     Release build with the CUDA backend; ptxas -v resource usage
 #             (registers, shared memory, stack, spills) in build.log
-#   ctest     every C test, test_cuda_forward with its output, and a
-#             default `flashc run` (GPU) checked against the reference:
-#             ctest.log
+#   ctest     every C test, test_cuda_forward and test_cuda_backward (quick
+#             mode) with their output, and a default `flashc run` (GPU)
+#             checked against the reference: ctest.log
 #   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid,
 #             default kernels and the portable ones) and on a small `flashc
 #             run`; racecheck on small `flashc run` problems that reach each
@@ -108,29 +108,39 @@ step_build() {
 }
 
 step_ctest() {
-    local log="$OUT/ctest.log" cuda_log="$SCRATCH/cuda_test.log"
-    # test_cuda_forward (the long one) beside the CPU tests
-    ( cd "$B" && timeout "$(budget 300)" ctest -R '^test_cuda_forward$' -V > "$cuda_log" 2>&1 ) &
-    local cuda_pid=$!
-    timeout "$(budget 300)" ctest --test-dir "$B" -E '^test_cuda_forward$' -j 8 --output-on-failure > "$log" 2>&1
+    local log="$OUT/ctest.log" fwd_log="$SCRATCH/cuda_fwd.log" bwd_log="$SCRATCH/cuda_bwd.log"
+    # the two CUDA test programs (the long ones) beside the CPU tests; the
+    # backward's in quick mode (one reproducibility case of each kind)
+    ( cd "$B" && timeout "$(budget 300)" ctest -R '^test_cuda_forward$' -V > "$fwd_log" 2>&1 ) &
+    local fwd_pid=$!
+    ( cd "$B" && FLASHC_TEST_QUICK=1 timeout "$(budget 300)" ctest -R '^test_cuda_backward$' -V > "$bwd_log" 2>&1 ) &
+    local bwd_pid=$!
+    timeout "$(budget 300)" ctest --test-dir "$B" -E '^test_cuda_(forward|backward)$' -j 8 --output-on-failure \
+        > "$log" 2>&1
     local rc_cpu=$?
-    wait "$cuda_pid"
-    local rc_cuda=$?
+    wait "$fwd_pid"
+    local rc_fwd=$?
+    wait "$bwd_pid"
+    local rc_bwd=$?
     {
         echo
         echo "=== test_cuda_forward (ctest -V) ==="
-        grep -vE '^[0-9]+: \[ (RUN|      OK) ' "$cuda_log"
+        grep -vE '^[0-9]+: \[ (RUN|      OK) ' "$fwd_log"
+        echo
+        echo "=== test_cuda_backward (ctest -V, FLASHC_TEST_QUICK=1) ==="
+        grep -vE '^[0-9]+: \[ (RUN|      OK) ' "$bwd_log"
         echo
         echo "=== flashc run (default problem on the GPU, checked against the reference) ==="
         timeout "$(budget 120)" "$B/flashc" run --repeat 5 --warmup 2 --quiet
         echo "flashc run exit status: $?"
     } >> "$log" 2>&1
-    local cpu_line cuda_line
+    local cpu_line fwd_line bwd_line
     cpu_line=$(grep -E 'tests passed|tests failed' "$log" | head -1)
-    cuda_line=$(grep -E 'Test +#[0-9]+: test_cuda_forward' "$cuda_log" | sed 's/.*test_cuda_forward *\.*//')
-    NOTE[ctest]="CPU tests: ${cpu_line:-?}; test_cuda_forward: ${cuda_line:-?}"
+    fwd_line=$(grep -E 'Test +#[0-9]+: test_cuda_forward' "$fwd_log" | sed 's/.*test_cuda_forward *\.*//')
+    bwd_line=$(grep -E 'Test +#[0-9]+: test_cuda_backward' "$bwd_log" | sed 's/.*test_cuda_backward *\.*//')
+    NOTE[ctest]="CPU tests: ${cpu_line:-?}; test_cuda_forward: ${fwd_line:-?}; test_cuda_backward: ${bwd_line:-?}"
     grep -q '^result    PASS' "$log" || NOTE[ctest]+="; flashc run check did not PASS"
-    [ "$rc_cpu" -eq 0 ] && [ "$rc_cuda" -eq 0 ] && grep -q '^result    PASS' "$log"
+    [ "$rc_cpu" -eq 0 ] && [ "$rc_fwd" -eq 0 ] && [ "$rc_bwd" -eq 0 ] && grep -q '^result    PASS' "$log"
 }
 
 step_sanitize() {
@@ -160,6 +170,11 @@ step_sanitize() {
     run_sanitizer "memcheck flashc run (small, varlen, dropout)" 60 --tool memcheck \
         "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen \
         --dropout 0.1 --forward-only --quiet
+    run_sanitizer "memcheck flashc run with backward (small, varlen, GQA, dropout, softcap)" 60 --tool memcheck \
+        "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 96 --varlen \
+        --dropout 0.1 --softcap 5 --quiet
+    run_sanitizer "racecheck flashc run with backward (small, causal)" 90 --tool racecheck \
+        --racecheck-report analysis "$B/flashc" run --batch 2 --heads 4 --seqlen 200 --hdim 128 --quiet
     local problem
     for problem in "--hdim 128 --seqlen 300 --no-causal" "--hdim 64 --seqlen 200 --causal --varlen" \
                    "--hdim 256 --seqlen 130 --kv-heads 2 --window 40,8 --no-causal" \

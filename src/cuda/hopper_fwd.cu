@@ -35,7 +35,7 @@ cudaError_t flashc_hopper_fwd(const flashc_fwd_params *p, void *stream, int is_b
     if (forced_portable() || !flashc_hopper_current_device()) return cudaErrorNotSupported;
     const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     flashc_hopper_fwd_maps maps;
-#define FLASHC_HOPPER_TRY_CONFIG(HEAD_DIM, BLOCK_N, BLOCK_N_GENERAL)                                  \
+#define FLASHC_HOPPER_TRY_CONFIG(HEAD_DIM, BLOCK_N, BLOCK_N_GENERAL, OVERLAP)                                \
     if (d <= HEAD_DIM) {                                                                             \
         if (!make_maps(&maps, p, is_bf16, general ? BLOCK_N_GENERAL : BLOCK_N)) return cudaErrorNotSupported; \
         return flashc_hopper_fwd_run_hdim##HEAD_DIM(p, &maps, stream, is_bf16, general);             \

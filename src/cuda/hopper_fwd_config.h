@@ -6,7 +6,10 @@
  * P = BLOCK_N / 4, plus addressing and the softmax state; the general
  * variant (softcap, ALiBi, dropout: tanh and Philox need registers) runs
  * narrower key blocks, BLOCK_N_GENERAL, the widest without spills
- * (ptxas -v). */
+ * (ptxas -v). INTRA_WG_OVERLAP: S of the next key block and P V of the
+ * current one in flight together (hopper_fwd_kernel.cuh); measured +3 % at
+ * 128 and +5 % at 256, -11 % at 64 (bench/NOTES.md), so 64 runs them one
+ * after the other. */
 #ifndef FLASHC_CUDA_HOPPER_FWD_CONFIG_H
 #define FLASHC_CUDA_HOPPER_FWD_CONFIG_H
 
@@ -20,18 +23,19 @@
 #define FLASHC_HOPPER_CONSUMER_REGISTERS 240
 #define FLASHC_HOPPER_STAGES 2
 
-#define FLASHC_HOPPER_FWD_CONFIGS(X)         \
-    /* HEAD_DIM BLOCK_N BLOCK_N_GENERAL */  \
-    X(64, 128, 64)                          \
-    X(128, 128, 64)                         \
-    X(256, 64, 32)
+#define FLASHC_HOPPER_FWD_CONFIGS(X)                    \
+    /* HEAD_DIM BLOCK_N BLOCK_N_GENERAL INTRA_WG_OVERLAP */ \
+    X(64, 128, 64, 0)                                      \
+    X(128, 128, 64, 1)                                     \
+    X(256, 64, 32, 1)
 
 template <int HEAD_DIM>
 struct flashc_hopper_fwd_config;
-#define FLASHC_HOPPER_FWD_CONFIG_STRUCT(D, BN, BNG)                \
-    template <>                                                    \
-    struct flashc_hopper_fwd_config<D> {                           \
-        static constexpr int BLOCK_N = BN, BLOCK_N_GENERAL = BNG;  \
+#define FLASHC_HOPPER_FWD_CONFIG_STRUCT(D, BN, BNG, OVERLAP)      \
+    template <>                                                   \
+    struct flashc_hopper_fwd_config<D> {                          \
+        static constexpr int BLOCK_N = BN, BLOCK_N_GENERAL = BNG; \
+        static constexpr bool INTRA_WG_OVERLAP = OVERLAP;         \
     };
 FLASHC_HOPPER_FWD_CONFIGS(FLASHC_HOPPER_FWD_CONFIG_STRUCT)
 #undef FLASHC_HOPPER_FWD_CONFIG_STRUCT

@@ -11,10 +11,11 @@
  *     and online softmax on the accumulators, O += P V (wgmma, P from
  *     registers, V read transposed from shared memory).
  * Key blocks are walked last to first, as in the portable kernel, so the
- * one block the causal diagonal or the sequence end cuts comes first. A
- * consumer issues S of block n and P V of block n-1 together and turns S
- * into P while P V still runs, so the exponentials overlap the tensor
- * cores within a warpgroup too (the O rescale waits for P V). The
+ * one block the causal diagonal or the sequence end cuts comes first. Where
+ * the configuration says INTRA_WG_OVERLAP, a consumer issues S of block n
+ * and P V of block n-1 together and turns S into P while P V still runs,
+ * so the exponentials overlap the tensor cores within a warpgroup too (the
+ * O rescale waits for P V). The
  * fragment code (mask, logit rule, softmax, dropout, P packing) is the
  * portable kernel's: a wgmma m64nN accumulator is, per warp, the mma.sync
  * m16n8 layout repeated N/8 times (hopper_ptx.cuh).
@@ -211,40 +212,59 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
         flashc_hopper_issue_pv<T, HEAD_DIM, BLOCK_N>(&acc_o[0][0][0], p_frag, L::v_tile(base, stage(it)));
     };
 
-    /* Key block 0: S, then P. */
-    uint32_t p_frag[1][COL_ATOMS / 2][4];
-    flashc_mbarrier_wait(L::q_full(base), 0);
-    {
-        float acc_s[1][COL_ATOMS][4], alpha[2];
-        flashc_mbarrier_wait(L::k_full(base, 0), 0);
-        flashc_hopper_issue_qk<T, HEAD_DIM, BLOCK_N>(&acc_s[0][0][0], q_addr, L::k_tile(base, 0));
-        flashc_wgmma_wait<0>();
-        flashc_fence_registers<BLOCK_N / 2>(&acc_s[0][0][0]);
-        if (lane == 0) flashc_mbarrier_arrive(L::k_empty(base, 0));
-        scores_to_p(acc_s, 0, alpha); /* O is still 0: nothing to rescale */
-        flashc_pack_p<T>(p_frag, acc_s);
-    }
-    /* Then per block: S of block it and P V of block it - 1 run on the
-     * tensor cores while this warpgroup turns S into P. */
-    for (int it = 1; it < n_iters; ++it) {
-        float acc_s[1][COL_ATOMS][4], alpha[2];
+    /* S of block it into acc_s (K's stage released once it is read). */
+    auto compute_s = [&](float (&acc_s)[1][COL_ATOMS][4], int it) {
         flashc_mbarrier_wait(L::k_full(base, stage(it)), phase(it));
         flashc_hopper_issue_qk<T, HEAD_DIM, BLOCK_N>(&acc_s[0][0][0], q_addr, L::k_tile(base, stage(it)));
-        issue_pv(p_frag[0], it - 1);
-        flashc_wgmma_wait<1>(); /* S done, P V may still run */
+        flashc_wgmma_wait<0>();
         flashc_fence_registers<BLOCK_N / 2>(&acc_s[0][0][0]);
         if (lane == 0) flashc_mbarrier_arrive(L::k_empty(base, stage(it)));
-        scores_to_p(acc_s, it, alpha);
-        flashc_wgmma_wait<0>(); /* P V done: O and the old P are free */
+    };
+    /* Wait for the P V of block it (the last batch in flight). */
+    auto finish_pv = [&](int it) {
+        flashc_wgmma_wait<0>();
         flashc_fence_registers<HEAD_DIM / 2>(&acc_o[0][0][0]);
-        if (lane == 0) flashc_mbarrier_arrive(L::v_empty(base, stage(it - 1)));
-        flashc_rescale_o(acc_o, alpha);
-        flashc_pack_p<T>(p_frag, acc_s);
+        if (lane == 0) flashc_mbarrier_arrive(L::v_empty(base, stage(it)));
+    };
+
+    uint32_t p_frag[1][COL_ATOMS / 2][4];
+    flashc_mbarrier_wait(L::q_full(base), 0);
+    if (!flashc_hopper_fwd_config<HEAD_DIM>::INTRA_WG_OVERLAP) {
+        for (int it = 0; it < n_iters; ++it) {
+            float acc_s[1][COL_ATOMS][4], alpha[2];
+            compute_s(acc_s, it);
+            scores_to_p(acc_s, it, alpha);
+            flashc_rescale_o(acc_o, alpha);
+            flashc_pack_p<T>(p_frag, acc_s);
+            issue_pv(p_frag[0], it);
+            finish_pv(it);
+        }
+    } else {
+        /* Block 0's S and P first; then per block, S of block it and P V of
+         * block it - 1 run on the tensor cores while this warpgroup turns S
+         * into P (the O rescale waits for P V). */
+        {
+            float acc_s[1][COL_ATOMS][4], alpha[2];
+            compute_s(acc_s, 0);
+            scores_to_p(acc_s, 0, alpha); /* O is still 0: nothing to rescale */
+            flashc_pack_p<T>(p_frag, acc_s);
+        }
+        for (int it = 1; it < n_iters; ++it) {
+            float acc_s[1][COL_ATOMS][4], alpha[2];
+            flashc_mbarrier_wait(L::k_full(base, stage(it)), phase(it));
+            flashc_hopper_issue_qk<T, HEAD_DIM, BLOCK_N>(&acc_s[0][0][0], q_addr, L::k_tile(base, stage(it)));
+            issue_pv(p_frag[0], it - 1);
+            flashc_wgmma_wait<1>(); /* S done, P V may still run */
+            flashc_fence_registers<BLOCK_N / 2>(&acc_s[0][0][0]);
+            if (lane == 0) flashc_mbarrier_arrive(L::k_empty(base, stage(it)));
+            scores_to_p(acc_s, it, alpha);
+            finish_pv(it - 1); /* O and the old P are free again */
+            flashc_rescale_o(acc_o, alpha);
+            flashc_pack_p<T>(p_frag, acc_s);
+        }
+        issue_pv(p_frag[0], n_iters - 1);
+        finish_pv(n_iters - 1);
     }
-    issue_pv(p_frag[0], n_iters - 1);
-    flashc_wgmma_wait<0>();
-    flashc_fence_registers<HEAD_DIM / 2>(&acc_o[0][0][0]);
-    if (lane == 0) flashc_mbarrier_arrive(L::v_empty(base, stage(n_iters - 1)));
 
     /* Epilogue: O / rowsum (times the dropout rescale), LSE = m + log(sum). */
     T *out = flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0);

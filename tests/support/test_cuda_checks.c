@@ -401,10 +401,19 @@ void tcuda_run_cases(const char *name, const test_config *cfgs, int count, int b
         int i = r * stride;
         uint64_t seed = test_seed(name, (uint64_t)i);
         void *stream = r & 1 ? tcuda_side_stream() : NULL;
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_MONOTONIC, &c0);
         if (tcuda_run_case(&cfgs[i], seed, stream, backward) != 0) {
             fprintf(stderr, "  -> %s case %d failed (input seed %llu, %s stream)\n", name, i,
                     (unsigned long long)seed, stream ? "side" : "default");
             ++failed;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &c1);
+        if (test_verbose()) {
+            char desc[768];
+            test_config_describe(&cfgs[i], desc, sizeof desc);
+            fprintf(stderr, "  %s case %d: %.1f s [%s]\n", name, i,
+                    (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec), desc);
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -10,6 +10,11 @@ int test_quick(void) {
     return env && env[0] && env[0] != '0';
 }
 
+int test_verbose(void) {
+    const char *env = getenv("FLASHC_TEST_VERBOSE");
+    return env && env[0] && strcmp(env, "0") != 0;
+}
+
 uint64_t test_base_seed(void) {
     const char *env = getenv("FLASHC_TEST_SEED");
     if (env && env[0]) return strtoull(env, NULL, 0);

@@ -22,6 +22,8 @@
 
 /* FLASHC_TEST_QUICK=1 shrinks the big cases (sanitizer builds). */
 int test_quick(void);
+/* FLASHC_TEST_VERBOSE=1: per-case progress and timings on stderr. */
+int test_verbose(void);
 /* Base seed: FLASHC_TEST_SEED or a fixed default. */
 uint64_t test_base_seed(void);
 /* A fresh seed for the n-th check of a test (distinct per name and n). */
