@@ -2,6 +2,7 @@
  * test data, identical on every platform). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "test_support.h"
 
