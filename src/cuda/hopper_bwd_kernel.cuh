@@ -373,7 +373,13 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             flashc_fence_registers<DQ_COLS / 2>(&acc_dq[0][0][0]);
             flashc_fence_registers<HEAD_DIM / 2>(&acc_dv[0][0][0]);
             flashc_fence_registers<HEAD_DIM / 2>(&acc_dk[0][0][0]);
-            if (lane == 0) flashc_mbarrier_arrive(L::qdo_empty(base, s)); /* Q, dO, rows of stage s read */
+            /* Q, dO and the LSE2 / D rows of stage s are read: every lane
+             * read the rows with ordinary loads, so the warp syncs before
+             * its one arrival (which releases only lane 0's accesses);
+             * compute-sanitizer racecheck reported the producer's next bulk
+             * copy into the stage against these reads without it. */
+            __syncwarp();
+            if (lane == 0) flashc_mbarrier_arrive(L::qdo_empty(base, s));
 
             /* dQ rows of the block inside the sequence, columns inside d */
             float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
@@ -391,6 +397,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             }
         }
         /* every read of K and V for this key block has completed */
+        __syncwarp();
         if (blk.iters > 0 && lane == 0) flashc_mbarrier_arrive(L::kv_empty(base));
 
         /* dK * scale and dV, straight from the fragments; keys of the block
