@@ -6,6 +6,7 @@
 #include "bwd_launch.h"
 #include "bwd_rows.cuh"
 #include "ptx.cuh"
+#include "launch_grid.h"
 
 #define FLASHC_BWD_CONVERT_THREADS 128
 
@@ -46,15 +47,14 @@ __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert
 }
 
 cudaError_t flashc_bwd_convert_dq(const flashc_bwd_params *p, int is_bf16, void *stream) {
-    const long long m_blocks = (p->fwd.seqlen_q + p->tile_m - 1) / p->tile_m;
-    const long long blocks = m_blocks * p->fwd.nheads * p->fwd.batch;
-    if (blocks == 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    unsigned grid;
+    cudaError_t err = flashc_flat_grid((p->fwd.seqlen_q + p->tile_m - 1) / p->tile_m, p->fwd.nheads, p->fwd.batch, &grid);
+    if (err != cudaSuccess || grid == 0) return err;
     cudaStream_t s = (cudaStream_t)stream;
     if (is_bf16)
-        flashc_bwd_convert_dq_kernel<__nv_bfloat16><<<(unsigned)blocks, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
+        flashc_bwd_convert_dq_kernel<__nv_bfloat16><<<grid, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
     else
-        flashc_bwd_convert_dq_kernel<__half><<<(unsigned)blocks, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
+        flashc_bwd_convert_dq_kernel<__half><<<grid, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
     return cudaGetLastError();
 }
 

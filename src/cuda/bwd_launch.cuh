@@ -12,6 +12,7 @@
 #include "bwd_kernel.cuh"
 #include "bwd_launch.h"
 #include "smem_optin.cuh"
+#include "launch_grid.h"
 
 template <typename T, int HEAD_DIM>
 static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t stream) {
@@ -21,11 +22,11 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     /* the workspace was laid out with the tile the plan took from this
      * configuration; anything else would read and write wrong rows */
     if (p.tile_m != C::BLOCK_M) return cudaErrorInvalidValue;
-    const long long blocks = (long long)p.nchunks * p.fwd.nheads_k * p.fwd.batch;
-    if (blocks == 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    unsigned grid;
+    cudaError_t err = flashc_flat_grid(p.nchunks, p.fwd.nheads_k, p.fwd.batch, &grid);
+    if (err != cudaSuccess || grid == 0) return err;
     int device = 0, optin = 0;
-    cudaError_t err = cudaGetDevice(&device);
+    err = cudaGetDevice(&device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (err != cudaSuccess) return err;
     int stages = 2;
@@ -40,7 +41,7 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
         err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
         if (err != cudaSuccess) return err;
     }
-    kernel<<<(unsigned)blocks, C::WARPS * 32, smem, stream>>>(p, stages);
+    kernel<<<grid, C::WARPS * 32, smem, stream>>>(p, stages);
     return cudaGetLastError();
 }
 

@@ -9,29 +9,18 @@
 #include "bwd_launch.h"
 #include "bwd_rows.cuh"
 #include "ptx.cuh"
+#include "launch_grid.h"
 
 #define FLASHC_BWD_PRE_THREADS 128
 
 /* Sum of the products of 8 packed 16-bit pairs. */
-static __device__ __forceinline__ float flashc_dot8(uint4 a, uint4 b, __half) {
-    const __half2 *x = reinterpret_cast<const __half2 *>(&a), *y = reinterpret_cast<const __half2 *>(&b);
+template <typename T>
+static __device__ __forceinline__ float flashc_dot8(uint4 a, uint4 b) {
+    const uint32_t *x = reinterpret_cast<const uint32_t *>(&a), *y = reinterpret_cast<const uint32_t *>(&b);
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const float2 u = __half22float2(x[i]), v = __half22float2(y[i]);
-        s = fmaf(u.x, v.x, s);
-        s = fmaf(u.y, v.y, s);
-    }
-    return s;
-}
-
-static __device__ __forceinline__ float flashc_dot8(uint4 a, uint4 b, __nv_bfloat16) {
-    const __nv_bfloat162 *x = reinterpret_cast<const __nv_bfloat162 *>(&a);
-    const __nv_bfloat162 *y = reinterpret_cast<const __nv_bfloat162 *>(&b);
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 u = __bfloat1622float2(x[i]), v = __bfloat1622float2(y[i]);
+        const float2 u = flashc_unpack2<T>(x[i]), v = flashc_unpack2<T>(y[i]);
         s = fmaf(u.x, v.x, s);
         s = fmaf(u.y, v.y, s);
     }
@@ -68,7 +57,7 @@ __global__ void __launch_bounds__(FLASHC_BWD_PRE_THREADS) flashc_bwd_preprocess_
                        head * p.do_head_stride;
         float acc = 0.0f;
         for (int c = 8 * lane; c < p.fwd.head_dim_v; c += 256)
-            acc += flashc_dot8(*reinterpret_cast<const uint4 *>(o + c), *reinterpret_cast<const uint4 *>(d_o + c), T());
+            acc += flashc_dot8<T>(*reinterpret_cast<const uint4 *>(o + c), *reinterpret_cast<const uint4 *>(d_o + c));
 #pragma unroll
         for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
         if (lane == 0) {
@@ -91,14 +80,13 @@ __global__ void __launch_bounds__(FLASHC_BWD_PRE_THREADS) flashc_bwd_preprocess_
 }
 
 cudaError_t flashc_bwd_preprocess(const flashc_bwd_params *p, int is_bf16, void *stream) {
-    const long long m_blocks = (p->fwd.seqlen_q + p->tile_m - 1) / p->tile_m;
-    const long long blocks = m_blocks * p->fwd.nheads * p->fwd.batch;
-    if (blocks == 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    unsigned grid;
+    cudaError_t err = flashc_flat_grid((p->fwd.seqlen_q + p->tile_m - 1) / p->tile_m, p->fwd.nheads, p->fwd.batch, &grid);
+    if (err != cudaSuccess || grid == 0) return err;
     cudaStream_t s = (cudaStream_t)stream;
     if (is_bf16)
-        flashc_bwd_preprocess_kernel<__nv_bfloat16><<<(unsigned)blocks, FLASHC_BWD_PRE_THREADS, 0, s>>>(*p);
+        flashc_bwd_preprocess_kernel<__nv_bfloat16><<<grid, FLASHC_BWD_PRE_THREADS, 0, s>>>(*p);
     else
-        flashc_bwd_preprocess_kernel<__half><<<(unsigned)blocks, FLASHC_BWD_PRE_THREADS, 0, s>>>(*p);
+        flashc_bwd_preprocess_kernel<__half><<<grid, FLASHC_BWD_PRE_THREADS, 0, s>>>(*p);
     return cudaGetLastError();
 }

@@ -7,6 +7,7 @@
 #include "fwd_launch.h"
 #include "fwd_seq.cuh"
 #include "ptx.cuh"
+#include "launch_grid.h"
 
 #define FLASHC_AUX_THREADS 128
 
@@ -127,13 +128,13 @@ __global__ void flashc_dmask_kernel(const flashc_fwd_params p, const flashc_scor
 
 cudaError_t flashc_fwd_write_dmask(const flashc_fwd_params *p, const flashc_score_tensor *s_dmask,
                                    int is_bf16, void *stream) {
-    const long long blocks = (long long)s_dmask->rows * p->nheads * p->batch;
-    if (blocks == 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    unsigned grid;
+    cudaError_t err = flashc_flat_grid(s_dmask->rows, p->nheads, p->batch, &grid);
+    if (err != cudaSuccess || grid == 0) return err;
     cudaStream_t s = (cudaStream_t)stream;
     if (is_bf16)
-        flashc_dmask_kernel<__nv_bfloat16><<<(unsigned)blocks, FLASHC_AUX_THREADS, 0, s>>>(*p, *s_dmask);
+        flashc_dmask_kernel<__nv_bfloat16><<<grid, FLASHC_AUX_THREADS, 0, s>>>(*p, *s_dmask);
     else
-        flashc_dmask_kernel<__half><<<(unsigned)blocks, FLASHC_AUX_THREADS, 0, s>>>(*p, *s_dmask);
+        flashc_dmask_kernel<__half><<<grid, FLASHC_AUX_THREADS, 0, s>>>(*p, *s_dmask);
     return cudaGetLastError();
 }

@@ -149,6 +149,82 @@ static __device__ void flashc_write_empty_rows(const flashc_fwd_params &p, T *ou
         for (int r = threadIdx.x; r < rows; r += THREADS) lse[r * lse_row_stride] = INFINITY;
 }
 
+/* This CTA's block of query rows: the flat grid runs over (row block,
+ * head, batch), row blocks fastest and heaviest first (most keys under a
+ * causal mask), so the CTAs of one head run together and share its K and V
+ * in L2. */
+typedef struct flashc_fwd_row_block {
+    int batch, head, m0, rows;     /* rows [m0, m0 + rows) of the sequence */
+    int head_k;                    /* the K / V head of `head` */
+    int shift;                     /* sk - sq: the causal / window diagonal */
+    flashc_fwd_seq seq;
+    int n_block_min, n_block_max;  /* key blocks any of the rows sees */
+} flashc_fwd_row_block;
+
+/* Fills *b; false when the CTA has nothing to compute: its block starts
+ * past the sequence, or no row of it sees any key (those rows are written
+ * here: out 0, LSE +inf). */
+template <typename T, int BLOCK_M, int BLOCK_N, int THREADS>
+static __device__ __forceinline__ bool flashc_fwd_find_row_block(const flashc_fwd_params &p,
+                                                                 flashc_fwd_row_block *b) {
+    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const int m_block = m_blocks - 1 - (int)(blockIdx.x % m_blocks);
+    b->head = (int)(blockIdx.x / m_blocks % p.nheads);
+    b->batch = (int)(blockIdx.x / m_blocks / p.nheads);
+    b->seq = flashc_fwd_sequence(p, b->batch);
+    b->m0 = m_block * BLOCK_M;
+    if (b->m0 >= b->seq.sq) return false;
+    b->rows = min(BLOCK_M, b->seq.sq - b->m0);
+    b->head_k = b->head / (p.nheads / p.nheads_k);
+    b->shift = b->seq.sk - b->seq.sq;
+    /* Keys any row of the block sees: [lo(first row), hi(last row)). */
+    int64_t lo, hi, lo_last, hi_last;
+    flashc_visible_cols(b->m0, b->seq.sq, b->seq.sk, p.window_left, p.window_right, &lo, &hi);
+    flashc_visible_cols(b->m0 + b->rows - 1, b->seq.sq, b->seq.sk, p.window_left, p.window_right, &lo_last,
+                        &hi_last);
+    if (hi_last <= lo) {
+        flashc_write_empty_rows<T, THREADS>(p, flashc_fwd_out_rows<T>(p, b->batch, b->head, b->seq.q_start + b->m0),
+                                            flashc_fwd_lse_rows(p, b->batch, b->head, b->seq.q_start + b->m0),
+                                            b->rows, p.lse_row_stride);
+        return false;
+    }
+    b->n_block_min = (int)(lo / BLOCK_N);
+    b->n_block_max = (int)((hi_last + BLOCK_N - 1) / BLOCK_N);
+    return true;
+}
+
+/* Epilogue of one warp: O / rowsum (times `rescale`, the dropout factor)
+ * and LSE = m + log(sum), straight from the fragments; `out` and `lse`
+ * point at the block's first row, warp_row0 is the warp's first row in the
+ * block, rows past `rows` are not written. */
+template <typename T, int ROW_ATOMS, int OUT_ATOMS>
+static __device__ __forceinline__ void flashc_fwd_store_rows(const flashc_fwd_params &p, T *out, float *lse,
+                                                             const flashc_softmax_state<ROW_ATOMS> &st,
+                                                             const float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4],
+                                                             int warp_row0, int rows, float rescale, int lane) {
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = 2 * i + half;
+            const float sum = flashc_quad_sum(st.row_sum[r]);
+            const int row = warp_row0 + 16 * i + 8 * half + lane / 4; /* within the block */
+            if (row >= rows) continue;
+            const float inv = sum > 0.0f ? rescale / sum : 0.0f;
+            T *o_row = out + row * p.o_row_stride;
+#pragma unroll
+            for (int d = 0; d < OUT_ATOMS; ++d) {
+                const int col = 8 * d + 2 * (lane % 4);
+                if (col < p.head_dim_v)
+                    *reinterpret_cast<uint32_t *>(o_row + col) =
+                        flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
+            }
+            if (lse && lane % 4 == 0)
+                lse[row * p.lse_row_stride] =
+                    sum > 0.0f ? (st.row_max[r] + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
+        }
+}
+
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool EARLY_K_LOAD,
           bool GENERAL>
 __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(const flashc_fwd_params p) {
@@ -165,32 +241,12 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
     T *sK = sQ + BLOCK_M * SD;
     T *sV = sK + BLOCK_N * SD;
 
-    /* One flat grid over (row block, head, batch), row blocks fastest and
-     * heaviest first (most keys under a causal mask), so the CTAs of one
-     * head run together and share its K and V in L2. */
-    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    const int m_block = m_blocks - 1 - (int)(blockIdx.x % m_blocks);
-    const int head = (int)(blockIdx.x / m_blocks % p.nheads);
-    const int batch = (int)(blockIdx.x / m_blocks / p.nheads);
-    const flashc_fwd_seq seq = flashc_fwd_sequence(p, batch);
-    const int m0 = m_block * BLOCK_M;
-    if (m0 >= seq.sq) return;
-    const int rows = min(BLOCK_M, seq.sq - m0);
-    const int head_k = head / (p.nheads / p.nheads_k);
-    const int shift = seq.sk - seq.sq;
-
-    /* Keys any row of the block sees: [lo(first row), hi(last row)). */
-    int64_t lo, hi, lo_last, hi_last;
-    flashc_visible_cols(m0, seq.sq, seq.sk, p.window_left, p.window_right, &lo, &hi);
-    flashc_visible_cols(m0 + rows - 1, seq.sq, seq.sk, p.window_left, p.window_right, &lo_last, &hi_last);
-    if (hi_last <= lo) {
-        flashc_write_empty_rows<T, THREADS>(p, flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0),
-                                            flashc_fwd_lse_rows(p, batch, head, seq.q_start + m0), rows,
-                                            p.lse_row_stride);
-        return;
-    }
-    const int n_block_min = (int)(lo / BLOCK_N);
-    const int n_block_max = (int)((hi_last + BLOCK_N - 1) / BLOCK_N);
+    flashc_fwd_row_block blk;
+    if (!flashc_fwd_find_row_block<T, BLOCK_M, BLOCK_N, THREADS>(p, &blk)) return;
+    const int batch = blk.batch, head = blk.head, m0 = blk.m0, rows = blk.rows;
+    const flashc_fwd_seq seq = blk.seq;
+    const int n_block_min = blk.n_block_min, n_block_max = blk.n_block_max;
+    const int head_k = blk.head_k, shift = blk.shift;
 
     const T *q = reinterpret_cast<const T *>(p.q) + batch * p.q_batch_stride +
                  (seq.q_start + m0) * p.q_row_stride + head * p.q_head_stride;
@@ -286,28 +342,7 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
     const int64_t q_row0 = flashc_fwd_sequence(p, batch).q_start + m0; /* reloaded: not kept live */
     T *out = flashc_fwd_out_rows<T>(p, batch, head, q_row0);
     float *lse = flashc_fwd_lse_rows(p, batch, head, q_row0);
-    const float rescale = GENERAL ? p.dropout_rescale : 1.0f;
-#pragma unroll
-    for (int i = 0; i < ROW_ATOMS; ++i)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int r = 2 * i + half;
-            const float sum = flashc_quad_sum(st.row_sum[r]);
-            const int row = warp_row0 + 16 * i + 8 * half + lane / 4; /* within the block */
-            if (row >= rows) continue;
-            const float inv = sum > 0.0f ? rescale / sum : 0.0f;
-            T *o_row = out + row * p.o_row_stride;
-#pragma unroll
-            for (int d = 0; d < OUT_ATOMS; ++d) {
-                const int col = 8 * d + 2 * (lane % 4);
-                if (col < p.head_dim_v)
-                    *reinterpret_cast<uint32_t *>(o_row + col) =
-                        flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
-            }
-            if (lse && lane % 4 == 0)
-                lse[row * p.lse_row_stride] =
-                    sum > 0.0f ? (st.row_max[r] + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
-        }
+    flashc_fwd_store_rows<T>(p, out, lse, st, acc_o, warp_row0, rows, GENERAL ? p.dropout_rescale : 1.0f, lane);
 }
 
 #endif

@@ -10,6 +10,7 @@
 #include "fwd_kernel.cuh"
 #include "fwd_launch.h"
 #include "smem_optin.cuh"
+#include "launch_grid.h"
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool EARLY_K_LOAD,
           bool GENERAL>
@@ -21,11 +22,10 @@ static cudaError_t flashc_fwd_launch(const flashc_fwd_params &p, cudaStream_t st
         cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
         if (err != cudaSuccess) return err;
     }
-    const long long m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    const long long blocks = m_blocks * p.nheads * p.batch;
-    if (blocks == 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    kernel<<<(unsigned)blocks, WARPS * 32, smem, stream>>>(p);
+    unsigned grid;
+    cudaError_t err = flashc_flat_grid((p.seqlen_q + BLOCK_M - 1) / BLOCK_M, p.nheads, p.batch, &grid);
+    if (err != cudaSuccess || grid == 0) return err;
+    kernel<<<grid, WARPS * 32, smem, stream>>>(p);
     return cudaGetLastError();
 }
 

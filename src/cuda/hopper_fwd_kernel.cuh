@@ -269,24 +269,7 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
     /* Epilogue: O / rowsum (times the dropout rescale), LSE = m + log(sum). */
     T *out = flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0);
     float *lse = flashc_fwd_lse_rows(p, batch, head, seq.q_start + m0);
-    const float rescale = GENERAL ? p.dropout_rescale : 1.0f;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const float sum = flashc_quad_sum(st.row_sum[half]);
-        const int row = warp_row0 + 8 * half + lane / 4;
-        if (row >= rows) continue;
-        const float inv = sum > 0.0f ? rescale / sum : 0.0f;
-        T *o_row = out + row * p.o_row_stride;
-#pragma unroll
-        for (int d = 0; d < OUT_ATOMS; ++d) {
-            const int col = 8 * d + 2 * (lane % 4);
-            if (col < p.head_dim_v)
-                *reinterpret_cast<uint32_t *>(o_row + col) =
-                    flashc_pack2<T>(acc_o[0][d][2 * half] * inv, acc_o[0][d][2 * half + 1] * inv);
-        }
-        if (lse && lane % 4 == 0)
-            lse[row * p.lse_row_stride] = sum > 0.0f ? (st.row_max[half] + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
-    }
+    flashc_fwd_store_rows<T>(p, out, lse, st, acc_o, warp_row0, rows, GENERAL ? p.dropout_rescale : 1.0f, lane);
 }
 
 template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL>
@@ -299,27 +282,11 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_THREADS, 1)
     const uint32_t raw_addr = flashc_smem_addr(smem_raw);
     const uint32_t base = (raw_addr + 1023u) & ~1023u;
 
-    /* Grid and visible keys: as in the portable kernel (heaviest row
-     * blocks first). */
-    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    const int m_block = m_blocks - 1 - (int)(blockIdx.x % m_blocks);
-    const int head = (int)(blockIdx.x / m_blocks % p.nheads);
-    const int batch = (int)(blockIdx.x / m_blocks / p.nheads);
-    const flashc_fwd_seq seq = flashc_fwd_sequence(p, batch);
-    const int m0 = m_block * BLOCK_M;
-    if (m0 >= seq.sq) return;
-    const int rows = min(BLOCK_M, seq.sq - m0);
-    int64_t lo, hi, lo_last, hi_last;
-    flashc_visible_cols(m0, seq.sq, seq.sk, p.window_left, p.window_right, &lo, &hi);
-    flashc_visible_cols(m0 + rows - 1, seq.sq, seq.sk, p.window_left, p.window_right, &lo_last, &hi_last);
-    if (hi_last <= lo) {
-        flashc_write_empty_rows<T, FLASHC_HOPPER_THREADS>(
-            p, flashc_fwd_out_rows<T>(p, batch, head, seq.q_start + m0),
-            flashc_fwd_lse_rows(p, batch, head, seq.q_start + m0), rows, p.lse_row_stride);
-        return;
-    }
-    const int n_block_min = (int)(lo / BLOCK_N);
-    const int n_block_max = (int)((hi_last + BLOCK_N - 1) / BLOCK_N);
+    flashc_fwd_row_block blk;
+    if (!flashc_fwd_find_row_block<T, BLOCK_M, BLOCK_N, FLASHC_HOPPER_THREADS>(p, &blk)) return;
+    const int batch = blk.batch, head = blk.head, m0 = blk.m0, rows = blk.rows;
+    const flashc_fwd_seq seq = blk.seq;
+    const int n_block_min = blk.n_block_min, n_block_max = blk.n_block_max;
     const int n_iters = n_block_max - n_block_min;
 
     if (threadIdx.x == 0) {

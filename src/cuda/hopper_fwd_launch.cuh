@@ -11,6 +11,7 @@
 #include "hopper_fwd_config.h"
 #include "hopper_fwd_kernel.cuh"
 #include "smem_optin.cuh"
+#include "launch_grid.h"
 
 template <typename T, int HEAD_DIM, bool GENERAL>
 static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const flashc_hopper_fwd_maps &maps,
@@ -22,11 +23,10 @@ static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const fl
     static unsigned long long smem_raised;
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;
-    const long long m_blocks = (p.seqlen_q + FLASHC_HOPPER_BLOCK_M - 1) / FLASHC_HOPPER_BLOCK_M;
-    const long long blocks = m_blocks * p.nheads * p.batch;
-    if (blocks == 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    kernel<<<(unsigned)blocks, FLASHC_HOPPER_THREADS, smem, stream>>>(maps, p);
+    unsigned grid;
+    err = flashc_flat_grid((p.seqlen_q + FLASHC_HOPPER_BLOCK_M - 1) / FLASHC_HOPPER_BLOCK_M, p.nheads, p.batch, &grid);
+    if (err != cudaSuccess || grid == 0) return err;
+    kernel<<<grid, FLASHC_HOPPER_THREADS, smem, stream>>>(maps, p);
     return cudaGetLastError();
 }
 

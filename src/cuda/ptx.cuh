@@ -88,6 +88,21 @@ __device__ __forceinline__ uint32_t flashc_pack2<__nv_bfloat16>(float a, float b
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
+/* The inverse of flashc_pack2: one register of two 16-bit values (low
+ * first) -> two floats. */
+template <typename T>
+static __device__ __forceinline__ float2 flashc_unpack2(uint32_t packed);
+
+template <>
+__device__ __forceinline__ float2 flashc_unpack2<__half>(uint32_t packed) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(&packed));
+}
+
+template <>
+__device__ __forceinline__ float2 flashc_unpack2<__nv_bfloat16>(uint32_t packed) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&packed));
+}
+
 /* 2^x, approximate (2 ulp), -inf -> +0: the softmax exponential. */
 static __device__ __forceinline__ float flashc_exp2(float x) {
     float y;
