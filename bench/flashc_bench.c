@@ -56,6 +56,7 @@ typedef struct bench_options {
     int repeat, warmup;
     int tsv;
     int backward;
+    int deterministic;                 /* backward in deterministic mode */
     double calibrate_seconds;
 } bench_options;
 
@@ -82,6 +83,7 @@ static void usage(FILE *out) {
           "  --repeat N         timed runs per measurement, median reported (30 / 3)\n"
           "  --warmup N         untimed runs first (5 / 1)\n"
           "  --forward-only     skip the backward\n"
+          "  --deterministic    backward in deterministic mode (dQ summed in a fixed order)\n"
           "  --calibrate-seconds S  length of one CPU calibration trial (0.3)\n"
           "  --tsv              tab-separated output\n"
           "  --help             this text\n",
@@ -153,7 +155,7 @@ static int parse_int(const char *opt, const char *text, int lo, int hi, int *out
  * take the defaults (or the --quick values) of the device chosen. */
 static int parse_options(int argc, char **argv, bench_options *o) {
     enum { O_QUICK = 1000, O_HDIM, O_SEQLEN, O_DTYPE, O_THREADS, O_CAUSAL, O_REPEAT, O_WARMUP,
-           O_FWD, O_CAL, O_TSV, O_DEVICE, O_HELP };
+           O_FWD, O_DET, O_CAL, O_TSV, O_DEVICE, O_HELP };
     static const struct option longopts[] = {
         {"quick", no_argument, NULL, O_QUICK},       {"hdim", required_argument, NULL, O_HDIM},
         {"seqlen", required_argument, NULL, O_SEQLEN}, {"dtype", required_argument, NULL, O_DTYPE},
@@ -161,7 +163,8 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {"repeat", required_argument, NULL, O_REPEAT}, {"warmup", required_argument, NULL, O_WARMUP},
         {"forward-only", no_argument, NULL, O_FWD},   {"calibrate-seconds", required_argument, NULL, O_CAL},
         {"tsv", no_argument, NULL, O_TSV},            {"device", required_argument, NULL, O_DEVICE},
-        {"help", no_argument, NULL, O_HELP},          {NULL, 0, NULL, 0}};
+        {"deterministic", no_argument, NULL, O_DET},  {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
     int quick = 0, device = -1; /* -1 auto, 0 cpu, 1 cuda */
     int given_hdim = 0, given_seqlen = 0, given_dtype = 0, given_threads = 0, given_causal = 0;
@@ -184,6 +187,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             case O_REPEAT: rc = parse_int("repeat", optarg, 1, 1000, &o->repeat); given_repeat = 1; break;
             case O_WARMUP: rc = parse_int("warmup", optarg, 0, 1000, &o->warmup); given_warmup = 1; break;
             case O_FWD: o->backward = 0; break;
+            case O_DET: o->deterministic = 1; break;
             case O_CAL: {
                 char *end = NULL;
                 o->calibrate_seconds = strtod(optarg, &end);
@@ -331,6 +335,7 @@ static int bench_one(const bench_options *o, int64_t d, int64_t s, flashc_dtype 
         ba.dk = &dk.desc;
         ba.dv = &dv.desc;
         ba.options = fa.options;
+        ba.options.deterministic = o->deterministic;
         size_t ws_bytes = 0;
         flashc_status st = flashc_attention_backward_workspace_size(&ba, &ws_bytes);
         if (st != FLASHC_SUCCESS) {
@@ -500,6 +505,7 @@ static int bench_one_cuda(const bench_options *o, int64_t d, int64_t s, flashc_d
             g->ba.dk = &g->t[G_DK];
             g->ba.dv = &g->t[G_DV];
             g->ba.options = g->fa.options;
+            g->ba.options.deterministic = o->deterministic;
         }
     }
     r->nsets = nsets;
@@ -573,6 +579,7 @@ static int run_cuda_grid(const bench_options *o) {
            "# times: CUDA events around each call (enqueued back to back), median of %d after %d warm-up;\n"
            "# where one set of tensors fits twice in L2, calls rotate over sets totalling 4x L2\n",
            GPU_TOKENS, GPU_WIDTH, o->repeat, o->warmup);
+    if (o->backward && o->deterministic) printf("# backward: deterministic mode\n");
     if (o->tsv)
         printf("hdim\tseqlen\tbatch\theads\tdtype\tcausal\tfwd_ms\tfwd_tflops\tbwd_ms\tbwd_tflops\tsets\talloc_mib\n");
     else
