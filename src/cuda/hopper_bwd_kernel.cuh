@@ -373,13 +373,13 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             flashc_fence_registers<DQ_COLS / 2>(&acc_dq[0][0][0]);
             flashc_fence_registers<HEAD_DIM / 2>(&acc_dv[0][0][0]);
             flashc_fence_registers<HEAD_DIM / 2>(&acc_dk[0][0][0]);
-            /* Q, dO and the LSE2 / D rows of stage s are read: every lane
-             * read the rows with ordinary loads, so the warp syncs before
-             * its one arrival (which releases only lane 0's accesses);
-             * compute-sanitizer racecheck reported the producer's next bulk
-             * copy into the stage against these reads without it. */
-            __syncwarp();
-            if (lane == 0) flashc_mbarrier_arrive(L::qdo_empty(base, s));
+            /* Q, dO and the LSE2 / D rows of stage s are read. Every
+             * thread read the rows with ordinary loads, and an arrival
+             * releases only the arriving thread's own accesses, so every
+             * consumer thread arrives (one arrival per warp, even after
+             * __syncwarp, left the producer's next bulk copy into the stage
+             * unordered after the other lanes' reads: racecheck hazards). */
+            flashc_mbarrier_arrive(L::qdo_empty(base, s));
 
             /* dQ rows of the block inside the sequence, columns inside d */
             float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
@@ -397,8 +397,9 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             }
         }
         /* every read of K and V for this key block has completed */
-        __syncwarp();
-        if (blk.iters > 0 && lane == 0) flashc_mbarrier_arrive(L::kv_empty(base));
+        /* (every thread: the zeroing of rows past the sequence wrote K / V
+         * with ordinary stores) */
+        if (blk.iters > 0) flashc_mbarrier_arrive(L::kv_empty(base));
 
         /* dK * scale and dV, straight from the fragments; keys of the block
          * no query sees get zeros */
@@ -442,11 +443,11 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
 
     if (threadIdx.x == 0) {
         flashc_mbarrier_init(L::kv_full(base), 1);
-        /* every consumer warp releases a buffer after its wgmma wait */
-        flashc_mbarrier_init(L::kv_empty(base), 4 * FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS);
+        /* every consumer thread releases a buffer after its wgmma wait */
+        flashc_mbarrier_init(L::kv_empty(base), FLASHC_HOPPER_BWD_CONSUMER_THREADS);
         for (int s = 0; s < L::STAGES; ++s) {
             flashc_mbarrier_init(L::qdo_full(base, s), 1);
-            flashc_mbarrier_init(L::qdo_empty(base, s), 4 * FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS);
+            flashc_mbarrier_init(L::qdo_empty(base, s), FLASHC_HOPPER_BWD_CONSUMER_THREADS);
         }
         flashc_mbarrier_init_fence();
     }
