@@ -7,7 +7,8 @@
 #include "hopper_bwd.h"
 #include "hopper_host.h"
 
-static bool make_maps(flashc_hopper_bwd_maps *m, const flashc_bwd_params *p, int is_bf16) {
+/* block_n: the configuration's keys per CTA (the K / V box rows). */
+static bool make_maps(flashc_hopper_bwd_maps *m, const flashc_bwd_params *p, int is_bf16, int block_n) {
     const flashc_fwd_params *f = &p->fwd;
     const bool varlen = f->cu_seqlens_q != nullptr;
     const int batch = varlen ? 1 : f->batch;
@@ -24,9 +25,9 @@ static bool make_maps(flashc_hopper_bwd_maps *m, const flashc_bwd_params *p, int
                                   p->do_row_stride, p->do_head_stride, p->do_batch_stride,
                                   FLASHC_HOPPER_BWD_BLOCK_M) &&
            flashc_hopper_make_map(&m->k, f->k, is_bf16, f->head_dim, rows_k, f->nheads_k, batch, f->k_row_stride,
-                                  f->k_head_stride, f->k_batch_stride, FLASHC_HOPPER_BWD_BLOCK_N) &&
+                                  f->k_head_stride, f->k_batch_stride, block_n) &&
            flashc_hopper_make_map(&m->v, f->v, is_bf16, f->head_dim_v, rows_k, f->nheads_k, batch,
-                                  f->v_row_stride, f->v_head_stride, f->v_batch_stride, FLASHC_HOPPER_BWD_BLOCK_N);
+                                  f->v_row_stride, f->v_head_stride, f->v_batch_stride, block_n);
 }
 
 static bool forced_portable(void) {
@@ -41,9 +42,9 @@ cudaError_t flashc_hopper_bwd(const flashc_bwd_params *p, void *stream, int is_b
     if (p->tile_m != FLASHC_HOPPER_BWD_BLOCK_M) return cudaErrorNotSupported;
     const int d = p->fwd.head_dim > p->fwd.head_dim_v ? p->fwd.head_dim : p->fwd.head_dim_v;
     flashc_hopper_bwd_maps maps;
-#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM)                                  \
+#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_N)                         \
     if (d <= HEAD_DIM) {                                                      \
-        if (!make_maps(&maps, p, is_bf16)) return cudaErrorNotSupported;      \
+        if (!make_maps(&maps, p, is_bf16, BLOCK_N)) return cudaErrorNotSupported; \
         return flashc_hopper_bwd_run_hdim##HEAD_DIM(p, &maps, stream, is_bf16); \
     }
     FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_TRY_CONFIG)

@@ -16,14 +16,14 @@ typedef struct flashc_hopper_bwd_maps {
     CUtensorMap q, k, v, dout;
 } flashc_hopper_bwd_maps;
 
-#define FLASHC_HOPPER_BWD_DECLARE_RUN(HEAD_DIM)                                                                  \
+#define FLASHC_HOPPER_BWD_DECLARE_RUN(HEAD_DIM, BLOCK_N)                                                         \
     cudaError_t flashc_hopper_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, const flashc_hopper_bwd_maps *m, \
                                                      void *stream, int is_bf16);
 FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DECLARE_RUN)
 #undef FLASHC_HOPPER_BWD_DECLARE_RUN
 
 /* Runs the backward's main kernel on the Hopper path when it applies: the
- * current device is compute capability 9.0, max(d, dv) <= 128, the
+ * current device is compute capability 9.0, max(d, dv) <= 256, the
  * workspace tile is FLASHC_HOPPER_BWD_BLOCK_M, the tensors suit TMA, and
  * the environment variable FLASHC_CUDA_BACKWARD is not "portable" (which
  * tests use to reach the portable kernel on a Hopper GPU). Returns

@@ -1,19 +1,26 @@
 /* Tile shapes of the Hopper backward: a head dim d (and value head dim dv)
- * runs in the smallest HEAD_DIM >= max(d, dv) listed here; larger head
- * dims stay on the portable kernel.
+ * runs in the smallest HEAD_DIM >= max(d, dv) listed here.
  *
- * One CTA owns BLOCK_N = 128 keys of one (sequence, kv head): a producer
- * warpgroup (one lane issues the TMA copies) and two consumer warpgroups of
- * 64 keys each. Query rows come BLOCK_M = 64 at a time (the workspace
- * tile_m, as in the portable configurations of these head dims), Q / dO
- * and their LSE / D rows double-buffered.
- * Registers per consumer thread (240): dK + dV = HEAD_DIM, S^T + dP^T = 64,
- * their 16-bit copies 32, dQ HEAD_DIM / 4, plus addressing. */
+ * A CTA owns BLOCK_N keys of one (sequence, kv head): a producer
+ * warpgroup (one lane issues the TMA copies) and two consumer warpgroups.
+ * Query rows come BLOCK_M = 64 at a time (the workspace tile_m, as in the
+ * portable configurations), Q / dO and their LSE / D rows double-buffered.
+ * The consumers split the work in one of two ways:
+ *   BLOCK_N = 128 (head dims <= 128): warpgroup w owns keys [64 w, 64 w + 64):
+ *     S^T and dP^T of its keys against all 64 queries, dK and dV of its
+ *     keys (all columns) with P^T and dS^T straight from registers.
+ *     Registers per consumer thread (240): dK + dV = HEAD_DIM, S^T + dP^T
+ *     = 64, their 16-bit copies 32, dQ HEAD_DIM / 4, plus addressing.
+ *   BLOCK_N = 64 (head dim 256): both own all 64 keys; warpgroup w computes
+ *     S^T and dP^T against queries [32 w, 32 w + 32) and dK, dV columns
+ *     [128 w, 128 w + 128), with P^T and dS^T exchanged through shared
+ *     memory. Registers: dK + dV = 128, dQ 64, S^T + dP^T 32.
+ * Both: dQ columns [HEAD_DIM / 2 w, HEAD_DIM / 2 (w + 1)) over the CTA's
+ * keys. */
 #ifndef FLASHC_CUDA_HOPPER_BWD_CONFIG_H
 #define FLASHC_CUDA_HOPPER_BWD_CONFIG_H
 
 #define FLASHC_HOPPER_BWD_BLOCK_M 64
-#define FLASHC_HOPPER_BWD_BLOCK_N 128
 #define FLASHC_HOPPER_BWD_STAGES 2
 #define FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS 2
 #define FLASHC_HOPPER_BWD_THREADS (128 * (FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS + 1))
@@ -22,8 +29,16 @@
 #define FLASHC_HOPPER_BWD_CONSUMER_REGISTERS 240
 
 #define FLASHC_HOPPER_BWD_CONFIGS(X) \
-    /* HEAD_DIM */                   \
-    X(64)                            \
-    X(128)
+    /* HEAD_DIM, BLOCK_N */          \
+    X(64, 128)                       \
+    X(128, 128)                      \
+    X(256, 64)
+
+/* BLOCK_N of a compiled HEAD_DIM (0 for any other). */
+#define FLASHC_HOPPER_BWD_BLOCK_N_IF(HEAD_DIM, BLOCK_N) head_dim == (HEAD_DIM) ? (BLOCK_N) :
+static constexpr int flashc_hopper_bwd_block_n(int head_dim) {
+    return FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_BLOCK_N_IF) 0;
+}
+#undef FLASHC_HOPPER_BWD_BLOCK_N_IF
 
 #endif

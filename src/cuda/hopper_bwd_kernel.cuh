@@ -2,22 +2,25 @@
  * (bwd_kernel.cuh) with the five GEMMs on wgmma and the tiles brought in
  * by TMA.
  *
- * One CTA owns BLOCK_N = 128 keys of one (sequence, kv head), with K and V
- * in shared memory and dK, dV in registers, and walks every query head of
- * the kv head's group and every BLOCK_M = 64-row query block that sees its
+ * One CTA owns BLOCK_N keys of one (sequence, kv head), with K and V in
+ * shared memory and dK, dV in registers, and walks every query head of the
+ * kv head's group and every BLOCK_M = 64-row query block that sees its
  * keys, in three warpgroups:
  *   - warpgroup 0, the producer: one lane issues every copy: K and V once
  *     per key block, then Q, dO and their LSE2 / D rows into a two-stage
  *     ring, each stage refilled once both consumers released it;
- *   - warpgroups 1 and 2, the consumers, each owning 64 of the keys. Per
- *     query block, with the products transposed so that accumulator rows
- *     are keys (columns are queries):
+ *   - warpgroups 1 and 2, the consumers, splitting the work as
+ *     hopper_bwd_config.h says (by keys at BLOCK_N = 128, by queries and
+ *     columns at BLOCK_N = 64). Per query block, with the products
+ *     transposed so that accumulator rows are keys (columns are queries):
  *       S^T = K Q^T, dP^T = V dO^T          SS wgmma, both K-major
  *       Pd^T, dS^T                          hopper_bwd_scores.cuh
- *       dV += Pd^T dO, dK += dS^T Q         RS wgmma: the accumulators are
- *                                           already A fragments; dO and Q
- *                                           as stored are MN-major B
- *       dS^T -> shared memory, both warpgroups' halves, then
+ *       dV += Pd^T dO, dK += dS^T Q         BLOCK_N = 128: RS wgmma, the
+ *                                           accumulators are already A
+ *                                           fragments; BLOCK_N = 64: SS from
+ *                                           Pd^T, dS^T in shared memory;
+ *                                           dO and Q as stored are MN-major B
+ *       dS^T -> shared memory, both warpgroups' parts, then
  *       dQ = dS K                           SS wgmma, dS^T read as an
  *                                           MN-major A, K as an MN-major B;
  *                                           warpgroup w computes dQ columns
@@ -54,15 +57,35 @@
 enum { FLASHC_HOPPER_BWD_BAR_ZEROED = 1, FLASHC_HOPPER_BWD_BAR_DS_READY = 2 };
 #define FLASHC_HOPPER_BWD_CONSUMER_THREADS (128 * FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS)
 
+/* How the two consumer warpgroups share a CTA's work (hopper_bwd_config.h). */
+template <int HEAD_DIM, int BLOCK_N>
+struct flashc_hopper_bwd_split {
+    static_assert(BLOCK_N == 128 || (BLOCK_N == 64 && HEAD_DIM == 256), "compiled splits");
+    static constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
+    /* BLOCK_N = 64: the warpgroups split the queries of S^T / dP^T and the
+     * columns of dK / dV; P^T goes through shared memory */
+    static constexpr bool BY_QUERIES = BLOCK_N == 64;
+    static constexpr int S_COLS = BY_QUERIES ? BLOCK_M / 2 : BLOCK_M;    /* queries of a warpgroup's S^T */
+    static constexpr int KV_COLS = BY_QUERIES ? HEAD_DIM / 2 : HEAD_DIM; /* columns of its dK, dV */
+    static constexpr int DQ_COLS = HEAD_DIM / 2;                         /* columns of its dQ */
+    /* the warpgroup's first key (of the block), query (of the query block),
+     * dK / dV column */
+    static __device__ int key0(int warpgroup) { return BY_QUERIES ? 0 : 64 * warpgroup; }
+    static __device__ int query0(int warpgroup) { return BY_QUERIES ? S_COLS * warpgroup : 0; }
+    static __device__ int kv_col0(int warpgroup) { return BY_QUERIES ? KV_COLS * warpgroup : 0; }
+};
+
 /* Shared memory, every tile 1024-byte aligned (plus slack to align the
  * base). K, V, Q, dO: HEAD_DIM / 64 column blocks of [rows x 128 bytes],
- * 128-byte swizzle (as TMA writes them). dS^T: BLOCK_N key rows of the
- * BLOCK_M = 64 queries (one 128-byte row each), same swizzle, two buffers
- * so one named barrier per query block orders writes after reads. */
-template <int HEAD_DIM>
+ * 128-byte swizzle (as TMA writes them). dS^T (and at BLOCK_N = 64 Pd^T):
+ * BLOCK_N key rows of the BLOCK_M = 64 queries (one 128-byte row each),
+ * same swizzle, two buffers so one named barrier per query block orders
+ * writes after reads. */
+template <int HEAD_DIM, int BLOCK_N_>
 struct flashc_hopper_bwd_smem {
-    static constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M, BLOCK_N = FLASHC_HOPPER_BWD_BLOCK_N;
+    static constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M, BLOCK_N = BLOCK_N_;
     static constexpr int STAGES = FLASHC_HOPPER_BWD_STAGES;
+    static constexpr bool PT_IN_SMEM = flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N>::BY_QUERIES;
     static constexpr int KV_BYTES = BLOCK_N * HEAD_DIM * 2;
     static constexpr int QO_BYTES = BLOCK_M * HEAD_DIM * 2;
     static constexpr int DS_BYTES = BLOCK_N * BLOCK_M * 2;
@@ -72,7 +95,8 @@ struct flashc_hopper_bwd_smem {
     static constexpr int Q_OFFSET = V_OFFSET + KV_BYTES;
     static constexpr int DO_OFFSET = Q_OFFSET + STAGES * QO_BYTES;
     static constexpr int DS_OFFSET = DO_OFFSET + STAGES * QO_BYTES;
-    static constexpr int ROWS_OFFSET = DS_OFFSET + 2 * DS_BYTES;
+    static constexpr int PT_OFFSET = DS_OFFSET + 2 * DS_BYTES;
+    static constexpr int ROWS_OFFSET = PT_OFFSET + (PT_IN_SMEM ? 2 * DS_BYTES : 0);
     static constexpr int BARRIER_OFFSET = ROWS_OFFSET + STAGES * ROWS_BYTES;
     /* kv_full, kv_empty, qdo_full[STAGES], qdo_empty[STAGES] */
     static constexpr int BARRIERS = 2 + 2 * STAGES;
@@ -86,6 +110,7 @@ struct flashc_hopper_bwd_smem {
     static __device__ uint32_t q_tile(uint32_t base, int s) { return base + Q_OFFSET + s * QO_BYTES; }
     static __device__ uint32_t do_tile(uint32_t base, int s) { return base + DO_OFFSET + s * QO_BYTES; }
     static __device__ uint32_t ds_tile(uint32_t base, int b) { return base + DS_OFFSET + b * DS_BYTES; }
+    static __device__ uint32_t pt_tile(uint32_t base, int b) { return base + PT_OFFSET + b * DS_BYTES; }
     static __device__ uint32_t rows(uint32_t base, int s) { return base + ROWS_OFFSET + s * ROWS_BYTES; }
     static __device__ uint32_t kv_full(uint32_t base) { return base + BARRIER_OFFSET; }
     static __device__ uint32_t kv_empty(uint32_t base) { return kv_full(base) + 8; }
@@ -103,10 +128,11 @@ typedef struct flashc_hopper_bwd_block {
     int iters;             /* group * m_count */
 } flashc_hopper_bwd_block;
 
+template <int BLOCK_N>
 static __device__ __forceinline__ flashc_hopper_bwd_block flashc_hopper_bwd_block_of(const flashc_fwd_params &p,
                                                                                      const flashc_fwd_seq &seq,
                                                                                      int n_block, int group) {
-    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M, BLOCK_N = FLASHC_HOPPER_BWD_BLOCK_N;
+    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
     flashc_hopper_bwd_block b;
     b.n0 = n_block * BLOCK_N;
     b.keys = min(BLOCK_N, seq.sk - b.n0);
@@ -121,12 +147,12 @@ static __device__ __forceinline__ flashc_hopper_bwd_block flashc_hopper_bwd_bloc
 /* The producer: one thread issues, per key block that any query sees, K
  * and V (once both consumers are done with the previous key block), then
  * Q, dO, LSE2 and D of every iteration into the stage ring. */
-template <int HEAD_DIM>
+template <int HEAD_DIM, int BLOCK_N_>
 static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_hopper_bwd_maps &maps,
                                                                  const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
                                                                  int chunk, uint32_t base) {
-    typedef flashc_hopper_bwd_smem<HEAD_DIM> L;
+    typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
     constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
     const int group = p.fwd.nheads / p.fwd.nheads_k;
     /* varlen maps have one batch entry and count rows in the packed tensor */
@@ -134,7 +160,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
     const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, BLOCK_M);
     int loaded = 0, step = 0;
     for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
-        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of(p.fwd, seq, n_block, group);
+        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_N>(p.fwd, seq, n_block, group);
         if (blk.iters == 0) continue;
         flashc_mbarrier_wait(L::kv_empty(base), (loaded & 1) ^ 1);
         flashc_mbarrier_expect_bytes(L::kv_full(base), 2 * L::KV_BYTES);
@@ -192,20 +218,20 @@ static __device__ __forceinline__ void flashc_hopper_bwd_publish(int barrier) {
     flashc_named_barrier(barrier, FLASHC_HOPPER_BWD_CONSUMER_THREADS);
 }
 
-/* A = rows [64 w, 64 w + 64) of K (or V), B = the 64 rows of Q (or dO):
- * HEAD_DIM / 16 k-steps, both K-major (32 bytes per k-step inside a
+/* A = the warpgroup's 64 rows of K (or V), B = its S_COLS rows of Q (or
+ * dO): HEAD_DIM / 16 k-steps, both K-major (32 bytes per k-step inside a
  * 64-column block, then the next block). One batch, committed. */
-template <typename T, int HEAD_DIM>
+template <typename T, int HEAD_DIM, int BLOCK_N, int S_COLS>
 static __device__ __forceinline__ void flashc_hopper_bwd_issue_transposed_scores(float *acc, uint32_t keys_addr,
                                                                                  uint32_t queries_addr) {
-    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M, BLOCK_N = FLASHC_HOPPER_BWD_BLOCK_N;
+    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
     flashc_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
         const uint32_t step = (ks % 4) * 32;
         const uint64_t desc_a = flashc_wgmma_desc(keys_addr + step + (ks / 4) * BLOCK_N * 128, 16);
         const uint64_t desc_b = flashc_wgmma_desc(queries_addr + step + (ks / 4) * BLOCK_M * 128, 16);
-        flashc_wgmma_ss<T, BLOCK_M>(acc, desc_a, desc_b, ks > 0);
+        flashc_wgmma_ss<T, S_COLS>(acc, desc_a, desc_b, ks > 0);
     }
     flashc_wgmma_commit();
 }
@@ -226,66 +252,87 @@ static __device__ __forceinline__ void flashc_hopper_bwd_issue_key_grad(float *a
     flashc_wgmma_commit();
 }
 
+/* The same product with A = Pd^T or dS^T from shared memory (BLOCK_N = 64
+ * key rows of the 64 queries, K-major) and B = the N columns of dO or Q
+ * from queries_addr on (the column block of the warpgroup's first column).
+ * One batch, committed. */
+template <typename T, int N>
+static __device__ __forceinline__ void flashc_hopper_bwd_issue_key_grad_ss(float *acc, uint32_t scores_addr,
+                                                                           uint32_t queries_addr) {
+    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
+    flashc_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BLOCK_M / 16; ++ks)
+        flashc_wgmma_ss_bmn<T, N, 0>(acc, flashc_wgmma_desc(scores_addr + ks * 32, 16),
+                                     flashc_wgmma_desc(queries_addr + ks * 16 * 128, BLOCK_M * 128), 1);
+    flashc_wgmma_commit();
+}
+
 /* dQ columns [col0, col0 + HEAD_DIM / 2) = dS K over the BLOCK_N keys:
  * A = dS^T in shared memory (key rows of 64 queries: MN-major, one
  * 64-query column block), B = K as stored (key rows, MN-major; the
  * columns start inside column block col0 / 64, blocks BLOCK_N * 128 bytes
  * apart); 16 key rows (2048 bytes) per k-step. One batch, committed. */
-template <typename T, int HEAD_DIM>
+template <typename T, int HEAD_DIM, int BLOCK_N>
 static __device__ __forceinline__ void flashc_hopper_bwd_issue_dq(float *acc, uint32_t ds_addr, uint32_t k_addr,
                                                                   int col0) {
-    constexpr int BLOCK_N = FLASHC_HOPPER_BWD_BLOCK_N;
     const uint32_t b_addr = k_addr + (col0 / 64) * BLOCK_N * 128 + (col0 % 64) * 2;
     flashc_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BLOCK_N / 16; ++ks)
-        flashc_wgmma_ss_mn<T, HEAD_DIM / 2>(acc, flashc_wgmma_desc(ds_addr + ks * 2048, BLOCK_N * 128),
-                                            flashc_wgmma_desc(b_addr + ks * 2048, BLOCK_N * 128), ks > 0);
+        flashc_wgmma_ss_bmn<T, HEAD_DIM / 2, 1>(acc, flashc_wgmma_desc(ds_addr + ks * 2048, BLOCK_N * 128),
+                                                flashc_wgmma_desc(b_addr + ks * 2048, BLOCK_N * 128), ks > 0);
     flashc_wgmma_commit();
 }
 
-/* Store this warp's 16 x 64 slice of dS^T (16-bit fragments, the A layout
- * of the RS wgmma) into the dS^T tile: fragment register r of k-step ks is
- * key row g + 8 (r % 2), queries 16 ks + 8 (r / 2) + 2 (lane % 4) + {0, 1},
- * i.e. 16-byte chunk 2 ks + r / 2 of the row, swizzled by the row. */
-static __device__ __forceinline__ void flashc_hopper_bwd_store_ds(unsigned char *ds_tile, int key_row0, int lane,
-                                                                  const uint32_t (&ds)[FLASHC_HOPPER_BWD_BLOCK_M / 16][4]) {
+/* Store this warp's 16 x (16 KSTEPS) slice of a transposed score tile
+ * (16-bit fragments, the A layout of the RS wgmma) into its shared tile
+ * (key rows of the 64 queries), from query query0 (a multiple of 8) on:
+ * fragment register r of k-step ks is key row g + 8 (r % 2), queries
+ * query0 + 16 ks + 8 (r / 2) + 2 (lane % 4) + {0, 1}, i.e. 16-byte chunk
+ * query0 / 8 + 2 ks + r / 2 of the row, swizzled by the row. */
+template <int KSTEPS>
+static __device__ __forceinline__ void flashc_hopper_bwd_store_scores(unsigned char *tile, int key_row0, int query0,
+                                                                      int lane, const uint32_t (&frag)[KSTEPS][4]) {
 #pragma unroll
-    for (int ks = 0; ks < FLASHC_HOPPER_BWD_BLOCK_M / 16; ++ks)
+    for (int ks = 0; ks < KSTEPS; ++ks)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const int row = key_row0 + lane / 4 + 8 * (r % 2);
-            const int chunk = (2 * ks + r / 2) ^ (row % 8);
-            *reinterpret_cast<uint32_t *>(ds_tile + row * 128 + chunk * 16 + 4 * (lane % 4)) = ds[ks][r];
+            const int chunk = (query0 / 8 + 2 * ks + r / 2) ^ (row % 8);
+            *reinterpret_cast<uint32_t *>(tile + row * 128 + chunk * 16 + 4 * (lane % 4)) = frag[ks][r];
         }
 }
 
-/* A consumer warpgroup: its 64 keys of every key block of this CTA.
- * GENERAL: softcap or dropout (hopper_bwd_scores.cuh). */
-template <typename T, int HEAD_DIM, bool GENERAL>
+/* A consumer warpgroup: its share (flashc_hopper_bwd_split) of every key
+ * block of this CTA. GENERAL: softcap or dropout (hopper_bwd_scores.cuh). */
+template <typename T, int HEAD_DIM, int BLOCK_N_, bool GENERAL>
 static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
                                                                  int chunk, int warpgroup, int warp_in_group,
                                                                  int lane, unsigned char *smem, uint32_t base) {
-    typedef flashc_hopper_bwd_smem<HEAD_DIM> L;
+    typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
+    typedef flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N_> W;
     constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
-    constexpr int Q_ATOMS = BLOCK_M / 8;         /* column atoms of S^T, dP^T */
-    constexpr int D_ATOMS = HEAD_DIM / 8;        /* column atoms of dK, dV */
-    constexpr int DQ_COLS = HEAD_DIM / 2;        /* dQ columns per warpgroup */
+    constexpr int Q_ATOMS = W::S_COLS / 8;       /* column atoms of S^T, dP^T */
+    constexpr int D_ATOMS = W::KV_COLS / 8;      /* column atoms of dK, dV */
+    constexpr int DQ_COLS = W::DQ_COLS;
     constexpr int DQ_ATOMS = DQ_COLS / 8;
     const int group = p.fwd.nheads / p.fwd.nheads_k;
     const int shift = seq.sk - seq.sq;
     const int consumer_thread = threadIdx.x - 128;
     const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, BLOCK_M);
     float *dq_accum = p.dq_accum + (p.deterministic ? (int64_t)chunk * p.dq_slice_stride : 0);
-    const int wg_key0 = 64 * warpgroup;                     /* this warpgroup's first key in the block */
+    const int wg_key0 = W::key0(warpgroup);                 /* this warpgroup's first key in the block */
     const int warp_key0 = wg_key0 + 16 * warp_in_group;     /* this warp's first key in the block */
+    const int wg_query0 = W::query0(warpgroup);             /* its first query of S^T in the query block */
+    const int kv_col0 = W::kv_col0(warpgroup);              /* its first dK / dV column */
     const int dq_col0 = warpgroup * DQ_COLS;
     const uint32_t k_addr = L::k_tile(base), v_addr = L::v_tile(base);
 
     int loaded = 0, step = 0;
     for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
-        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of(p.fwd, seq, n_block, group);
+        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_N>(p.fwd, seq, n_block, group);
         float acc_dk[1][D_ATOMS][4], acc_dv[1][D_ATOMS][4];
         flashc_zero_acc(acc_dk);
         flashc_zero_acc(acc_dv);
@@ -320,14 +367,14 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
 
             /* S^T and dP^T, two batches: P^T is computed while dP^T runs */
             float acc_s[1][Q_ATOMS][4], acc_dp[1][Q_ATOMS][4];
-            flashc_hopper_bwd_issue_transposed_scores<T, HEAD_DIM>(&acc_s[0][0][0], k_addr + wg_key0 * 128,
-                                                                   L::q_tile(base, s));
-            flashc_hopper_bwd_issue_transposed_scores<T, HEAD_DIM>(&acc_dp[0][0][0], v_addr + wg_key0 * 128,
-                                                                   L::do_tile(base, s));
+            flashc_hopper_bwd_issue_transposed_scores<T, HEAD_DIM, BLOCK_N, W::S_COLS>(
+                &acc_s[0][0][0], k_addr + wg_key0 * 128, L::q_tile(base, s) + wg_query0 * 128);
+            flashc_hopper_bwd_issue_transposed_scores<T, HEAD_DIM, BLOCK_N, W::S_COLS>(
+                &acc_dp[0][0][0], v_addr + wg_key0 * 128, L::do_tile(base, s) + wg_query0 * 128);
             flashc_wgmma_wait<1>(); /* S^T in, dP^T may still run */
-            flashc_fence_registers<BLOCK_M / 2>(&acc_s[0][0][0]);
+            flashc_fence_registers<W::S_COLS / 2>(&acc_s[0][0][0]);
             {
-                pos.query0 = m0 + 2 * (lane % 4);
+                pos.query0 = m0 + wg_query0 + 2 * (lane % 4);
                 const bool masked = flashc_tile_needs_mask(m0, rows, blk.n0 + wg_key0, 64, seq.sk, shift,
                                                            p.fwd.window_left, p.fwd.window_right);
                 float alibi_slope_log2 = 0.0f;
@@ -337,19 +384,19 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                         (float)FLASHC_LOG2E;
                 const float *lse2 = reinterpret_cast<const float *>(smem + L::ROWS_OFFSET + s * L::ROWS_BYTES);
                 const float *dsum = lse2 + BLOCK_M;
-                const int col0 = 2 * (lane % 4);
+                const int col0 = wg_query0 + 2 * (lane % 4);
                 if (GENERAL) {
                     const uint32_t keep = p.fwd.dropout_threshold
                                               ? flashc_hopper_bwd_keep_bits<Q_ATOMS>(p.fwd, pos, batch, head)
                                               : ~0u;
                     flashc_wgmma_wait<0>();
-                    flashc_fence_registers<BLOCK_M / 2>(&acc_dp[0][0][0]);
+                    flashc_fence_registers<W::S_COLS / 2>(&acc_dp[0][0][0]);
                     flashc_hopper_bwd_scores_general<Q_ATOMS>(acc_s, acc_dp, lse2, dsum, col0, p.fwd, pos, masked,
                                                               alibi_slope_log2, keep);
                 } else {
                     flashc_hopper_bwd_probs<Q_ATOMS>(acc_s, lse2, col0, p.fwd, pos, masked, alibi_slope_log2);
                     flashc_wgmma_wait<0>();
-                    flashc_fence_registers<BLOCK_M / 2>(&acc_dp[0][0][0]);
+                    flashc_fence_registers<W::S_COLS / 2>(&acc_dp[0][0][0]);
                     flashc_hopper_bwd_dscores<Q_ATOMS>(acc_s, acc_dp, dsum, col0);
                 }
             }
@@ -357,22 +404,37 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             flashc_pack_p<T>(p_frag, acc_s);
             flashc_pack_p<T>(ds_frag, acc_dp);
 
-            /* dS^T to shared memory for dQ; dV and dK start meanwhile */
-            flashc_hopper_bwd_store_ds(smem + L::DS_OFFSET + (step % 2) * L::DS_BYTES, warp_key0, lane, ds_frag[0]);
-            flashc_hopper_bwd_issue_key_grad<T, HEAD_DIM>(&acc_dv[0][0][0], p_frag[0], L::do_tile(base, s));
-            flashc_hopper_bwd_issue_key_grad<T, HEAD_DIM>(&acc_dk[0][0][0], ds_frag[0], L::q_tile(base, s));
-            /* Both halves of dS^T written. Also: both warpgroups finished
-             * the dQ of the previous query block (each waited for it before
-             * arriving here), so dS^T buffer step % 2 is not reread while
-             * the next block writes the other one. */
-            flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
+            /* dS^T (and Pd^T when the warpgroups split the queries) to
+             * shared memory; with key-split warpgroups dV and dK start
+             * meanwhile from the registers. Then the barrier: both parts
+             * written. Also: both warpgroups finished every product of the
+             * previous query block (each waited for them before arriving
+             * here), so buffer step % 2 is not reread while the next block
+             * writes the other one. */
+            flashc_hopper_bwd_store_scores(smem + L::DS_OFFSET + (step % 2) * L::DS_BYTES, warp_key0, wg_query0, lane,
+                                           ds_frag[0]);
+            if constexpr (W::BY_QUERIES) {
+                flashc_hopper_bwd_store_scores(smem + L::PT_OFFSET + (step % 2) * L::DS_BYTES, warp_key0, wg_query0,
+                                               lane, p_frag[0]);
+                flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
+                const uint32_t col_block = (kv_col0 / 64) * BLOCK_M * 128;
+                flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS>(&acc_dv[0][0][0], L::pt_tile(base, step % 2),
+                                                                   L::do_tile(base, s) + col_block);
+                flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS>(&acc_dk[0][0][0], L::ds_tile(base, step % 2),
+                                                                   L::q_tile(base, s) + col_block);
+            } else {
+                flashc_hopper_bwd_issue_key_grad<T, HEAD_DIM>(&acc_dv[0][0][0], p_frag[0], L::do_tile(base, s));
+                flashc_hopper_bwd_issue_key_grad<T, HEAD_DIM>(&acc_dk[0][0][0], ds_frag[0], L::q_tile(base, s));
+                flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
+            }
 
             float acc_dq[1][DQ_ATOMS][4];
-            flashc_hopper_bwd_issue_dq<T, HEAD_DIM>(&acc_dq[0][0][0], L::ds_tile(base, step % 2), k_addr, dq_col0);
+            flashc_hopper_bwd_issue_dq<T, HEAD_DIM, BLOCK_N>(&acc_dq[0][0][0], L::ds_tile(base, step % 2), k_addr,
+                                                             dq_col0);
             flashc_wgmma_wait<0>();
             flashc_fence_registers<DQ_COLS / 2>(&acc_dq[0][0][0]);
-            flashc_fence_registers<HEAD_DIM / 2>(&acc_dv[0][0][0]);
-            flashc_fence_registers<HEAD_DIM / 2>(&acc_dk[0][0][0]);
+            flashc_fence_registers<W::KV_COLS / 2>(&acc_dv[0][0][0]);
+            flashc_fence_registers<W::KV_COLS / 2>(&acc_dk[0][0][0]);
             /* Q, dO and the LSE2 / D rows of stage s are read. Every
              * thread read the rows with ordinary loads, and an arrival
              * releases only the arriving thread's own accesses, so every
@@ -413,7 +475,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             if (key >= blk.keys) continue;
 #pragma unroll
             for (int j = 0; j < D_ATOMS; ++j) {
-                const int col = 8 * j + 2 * (lane % 4);
+                const int col = kv_col0 + 8 * j + 2 * (lane % 4);
                 if (col < p.fwd.head_dim)
                     *reinterpret_cast<uint32_t *>(dk + key * p.dk_row_stride + col) =
                         flashc_pack2<T>(acc_dk[0][j][2 * half] * p.scale, acc_dk[0][j][2 * half + 1] * p.scale);
@@ -425,11 +487,11 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
     }
 }
 
-template <typename T, int HEAD_DIM, bool GENERAL>
+template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL>
 __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     flashc_hopper_bwd_kernel(const __grid_constant__ flashc_hopper_bwd_maps maps, const flashc_bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef flashc_hopper_bwd_smem<HEAD_DIM> L;
+    typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t raw_addr = flashc_smem_addr(smem_raw);
     const uint32_t base = (raw_addr + 1023u) & ~1023u;
@@ -456,10 +518,10 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     const int warp = threadIdx.x / 32;
     if (warp < 4) {
         flashc_setmaxnreg_dec<FLASHC_HOPPER_BWD_PRODUCER_REGISTERS>();
-        if (threadIdx.x == 0) flashc_hopper_bwd_produce<HEAD_DIM>(maps, p, seq, batch, head_k, chunk, base);
+        if (threadIdx.x == 0) flashc_hopper_bwd_produce<HEAD_DIM, BLOCK_N>(maps, p, seq, batch, head_k, chunk, base);
     } else {
         flashc_setmaxnreg_inc<FLASHC_HOPPER_BWD_CONSUMER_REGISTERS>();
-        flashc_hopper_bwd_consume<T, HEAD_DIM, GENERAL>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,
+        flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,
                                                         threadIdx.x % 32, smem_raw + (base - raw_addr), base);
     }
 #else

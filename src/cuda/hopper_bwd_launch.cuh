@@ -15,8 +15,9 @@
 template <typename T, int HEAD_DIM, bool GENERAL>
 static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const flashc_hopper_bwd_maps &maps,
                                             cudaStream_t stream) {
-    auto kernel = flashc_hopper_bwd_kernel<T, HEAD_DIM, GENERAL>;
-    constexpr int smem = flashc_hopper_bwd_smem<HEAD_DIM>::BYTES;
+    constexpr int BLOCK_N = flashc_hopper_bwd_block_n(HEAD_DIM);
+    auto kernel = flashc_hopper_bwd_kernel<T, HEAD_DIM, BLOCK_N, GENERAL>;
+    constexpr int smem = flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N>::BYTES;
     static unsigned long long smem_raised;
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;

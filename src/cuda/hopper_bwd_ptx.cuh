@@ -1,6 +1,7 @@
 /* The sm_90a instructions the Hopper backward needs beyond hopper_ptx.cuh:
- * wgmma with both operands MN-major (dQ = dS K, with dS stored as dS^T and
- * K as stored, keys x head dim), the plain bulk copy that brings the
+ * wgmma with B MN-major and A MN-major (dQ = dS K, with dS stored as dS^T
+ * and K as stored, keys x head dim) or K-major (P^T, dS^T from shared
+ * memory), the plain bulk copy that brings the
  * LSE / D rows in on the same mbarrier as the Q / dO tiles, and the vector
  * reduction that adds dQ into its float32 accumulator. */
 #ifndef FLASHC_CUDA_HOPPER_BWD_PTX_CUH
@@ -23,37 +24,50 @@ static __device__ __forceinline__ void flashc_red_add_f32x2(float *addr, float a
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
 }
 
-/* m64nNk16, A and B both MN-major (transpose flags 1, 1): A is read from a
- * [K rows x M columns] tile, B from a [K rows x N columns] tile; scale_d = 0
- * overwrites D (the first k-step), 1 accumulates. */
-template <typename T>
-static __device__ __forceinline__ void flashc_wgmma_ss_mn_n32(float *d, uint64_t desc_a, uint64_t desc_b,
-                                                              int scale_d);
-template <typename T>
-static __device__ __forceinline__ void flashc_wgmma_ss_mn_n64(float *d, uint64_t desc_a, uint64_t desc_b,
-                                                              int scale_d);
+/* m64nNk16 with B MN-major (read from a [K rows x N columns] tile) and A
+ * either MN-major too (TRANS_A = 1: a [K rows x M columns] tile; dQ = dS K
+ * with dS stored as dS^T) or K-major (TRANS_A = 0: dV += P^T dO and
+ * dK += dS^T Q with P^T, dS^T in shared memory, at head dim 256). scale_d
+ * = 0 overwrites D (the first k-step), 1 accumulates. One wrapper per width
+ * and type: the accumulator list is part of the instruction. */
+template <typename T, int TRANS_A>
+static __device__ __forceinline__ void flashc_wgmma_ss_bmn_n32(float *d, uint64_t desc_a, uint64_t desc_b,
+                                                               int scale_d);
+template <typename T, int TRANS_A>
+static __device__ __forceinline__ void flashc_wgmma_ss_bmn_n64(float *d, uint64_t desc_a, uint64_t desc_b,
+                                                               int scale_d);
+template <typename T, int TRANS_A>
+static __device__ __forceinline__ void flashc_wgmma_ss_bmn_n128(float *d, uint64_t desc_a, uint64_t desc_b,
+                                                                int scale_d);
 
-#define FLASHC_WGMMA_SS_MN(N, TYPE, PTX_TYPE, ACC, ACC_OPERANDS, A, B, S)                                        \
+#define FLASHC_WGMMA_SS_BMN(N, TYPE, PTX_TYPE, ACC, ACC_OPERANDS, A, B, S, TA)                                  \
     template <>                                                                                                  \
-    __device__ __forceinline__ void flashc_wgmma_ss_mn_n##N<TYPE>(float *d, uint64_t desc_a, uint64_t desc_b,    \
-                                                                  int scale_d) {                                 \
+    __device__ __forceinline__ void flashc_wgmma_ss_bmn_n##N<TYPE, TA>(float *d, uint64_t desc_a,                \
+                                                                       uint64_t desc_b, int scale_d) {           \
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                            \
                      "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE " " ACC             \
-                     ", %" #A ", %" #B ", p, 1, 1, 1, 1;\n}\n"                                                   \
+                     ", %" #A ", %" #B ", p, 1, 1, " #TA ", 1;\n}\n"                                             \
                      : ACC_OPERANDS(d)                                                                           \
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                  \
     }
-FLASHC_WGMMA_SS_MN(32, __nv_bfloat16, "bf16", FLASHC_WGMMA_ACC16, FLASHC_WGMMA_ACC16_OPERANDS, 16, 17, 18)
-FLASHC_WGMMA_SS_MN(32, __half, "f16", FLASHC_WGMMA_ACC16, FLASHC_WGMMA_ACC16_OPERANDS, 16, 17, 18)
-FLASHC_WGMMA_SS_MN(64, __nv_bfloat16, "bf16", FLASHC_WGMMA_ACC32, FLASHC_WGMMA_ACC32_OPERANDS, 32, 33, 34)
-FLASHC_WGMMA_SS_MN(64, __half, "f16", FLASHC_WGMMA_ACC32, FLASHC_WGMMA_ACC32_OPERANDS, 32, 33, 34)
-#undef FLASHC_WGMMA_SS_MN
+#define FLASHC_WGMMA_SS_BMN_TYPES(N, ACC, ACC_OPERANDS, A, B, S, TA)                                      \
+    FLASHC_WGMMA_SS_BMN(N, __nv_bfloat16, "bf16", ACC, ACC_OPERANDS, A, B, S, TA)                         \
+    FLASHC_WGMMA_SS_BMN(N, __half, "f16", ACC, ACC_OPERANDS, A, B, S, TA)
+FLASHC_WGMMA_SS_BMN_TYPES(32, FLASHC_WGMMA_ACC16, FLASHC_WGMMA_ACC16_OPERANDS, 16, 17, 18, 1)
+FLASHC_WGMMA_SS_BMN_TYPES(64, FLASHC_WGMMA_ACC32, FLASHC_WGMMA_ACC32_OPERANDS, 32, 33, 34, 1)
+FLASHC_WGMMA_SS_BMN_TYPES(128, FLASHC_WGMMA_ACC64, FLASHC_WGMMA_ACC64_OPERANDS, 64, 65, 66, 1)
+FLASHC_WGMMA_SS_BMN_TYPES(128, FLASHC_WGMMA_ACC64, FLASHC_WGMMA_ACC64_OPERANDS, 64, 65, 66, 0)
+#undef FLASHC_WGMMA_SS_BMN_TYPES
+#undef FLASHC_WGMMA_SS_BMN
 
-template <typename T, int N>
-static __device__ __forceinline__ void flashc_wgmma_ss_mn(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    static_assert(N == 32 || N == 64, "compiled MN-major widths: 32, 64");
-    if (N == 32) flashc_wgmma_ss_mn_n32<T>(d, desc_a, desc_b, scale_d);
-    if (N == 64) flashc_wgmma_ss_mn_n64<T>(d, desc_a, desc_b, scale_d);
+/* Dispatch on the width; TRANS_A as above. */
+template <typename T, int N, int TRANS_A>
+static __device__ __forceinline__ void flashc_wgmma_ss_bmn(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    static_assert(N == 32 || N == 64 || N == 128, "compiled widths with B MN-major: 32, 64, 128");
+    static_assert(TRANS_A == 1 || N == 128, "A K-major is compiled at width 128 only");
+    if constexpr (N == 32) flashc_wgmma_ss_bmn_n32<T, TRANS_A>(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 64) flashc_wgmma_ss_bmn_n64<T, TRANS_A>(d, desc_a, desc_b, scale_d);
+    if constexpr (N == 128) flashc_wgmma_ss_bmn_n128<T, TRANS_A>(d, desc_a, desc_b, scale_d);
 }
 
 #endif
