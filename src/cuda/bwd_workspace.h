@@ -24,9 +24,12 @@
 
 /* Deterministic mode: aim for about this many CTAs (two per SM of an
  * H100 / H200), each owning every nchunks-th key block of its (sequence,
- * kv head) and its own dQ slice; at most this many bytes of slices. */
+ * kv head) and its own dQ slice; at most this many bytes of slices (2 GiB:
+ * one head-dim-256 problem of batch 1, 8 heads, 16k rows still gets 16
+ * slices, 128 CTAs: the Hopper kernel's one wave; with 1 GiB it ran on 64
+ * SMs at half the speed). */
 #define FLASHC_BWD_DET_TARGET_CTAS 264
-#define FLASHC_BWD_DET_SLICES_CAP ((int64_t)1 << 30)
+#define FLASHC_BWD_DET_SLICES_CAP ((int64_t)2 << 30)
 
 typedef struct flashc_bwd_plan {
     int head_dim;       /* the configuration's HEAD_DIM */
