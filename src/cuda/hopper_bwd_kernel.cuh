@@ -75,12 +75,20 @@ struct flashc_hopper_bwd_split {
     static __device__ int kv_col0(int warpgroup) { return BY_QUERIES ? KV_COLS * warpgroup : 0; }
 };
 
+/* A dQ tile's destination, for the reducer (flashc_hopper_bwd_reduce_dq). */
+typedef struct flashc_hopper_bwd_dq_slot {
+    float *dst;
+    uint32_t bytes; /* 0: the consumers are done */
+} flashc_hopper_bwd_dq_slot;
+
 /* Shared memory, every tile 1024-byte aligned (plus slack to align the
  * base). K, V, Q, dO: HEAD_DIM / 64 column blocks of [rows x 128 bytes],
  * 128-byte swizzle (as TMA writes them). dS^T (and at BLOCK_N = 64 Pd^T):
  * BLOCK_N key rows of the BLOCK_M = 64 queries (one 128-byte row each),
  * same swizzle, two buffers so one named barrier per query block orders
- * writes after reads. */
+ * writes after reads. dQ (at BLOCK_N = 128, where it fits): two float32
+ * tiles [BLOCK_M rows x HEAD_DIM], rows as in the accumulator, each added
+ * to it by one bulk reduction. */
 template <int HEAD_DIM, int BLOCK_N_>
 struct flashc_hopper_bwd_smem {
     static constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M, BLOCK_N = BLOCK_N_;
@@ -97,10 +105,15 @@ struct flashc_hopper_bwd_smem {
     static constexpr int DS_OFFSET = DO_OFFSET + STAGES * QO_BYTES;
     static constexpr int PT_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr int ROWS_OFFSET = PT_OFFSET + (PT_IN_SMEM ? 2 * DS_BYTES : 0);
-    static constexpr int BARRIER_OFFSET = ROWS_OFFSET + STAGES * ROWS_BYTES;
-    /* kv_full, kv_empty, qdo_full[STAGES], qdo_empty[STAGES] */
-    static constexpr int BARRIERS = 2 + 2 * STAGES;
-    static constexpr int BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
+    static constexpr bool DQ_IN_SMEM = !PT_IN_SMEM;
+    static constexpr int DQ_BYTES = BLOCK_M * HEAD_DIM * 4;
+    static constexpr int DQ_OFFSET = ROWS_OFFSET + STAGES * ROWS_BYTES;
+    static constexpr int BARRIER_OFFSET = DQ_OFFSET + (DQ_IN_SMEM ? 2 * DQ_BYTES : 0);
+    /* kv_full, kv_empty, qdo_full[STAGES], qdo_empty[STAGES], dq_full[2], dq_empty[2] */
+    static constexpr int BARRIERS = 2 + 2 * STAGES + 4;
+    /* per dQ tile: where it goes and its bytes (0: no more tiles) */
+    static constexpr int DQ_SLOT_OFFSET = BARRIER_OFFSET + 8 * BARRIERS;
+    static constexpr int BYTES = DQ_SLOT_OFFSET + 2 * 16 + 1024;
     static_assert(BLOCK_M == 64, "dS^T rows are one 128-byte swizzle row of queries");
     static_assert(BYTES <= 227 * 1024, "shared memory of one CTA");
 
@@ -116,6 +129,15 @@ struct flashc_hopper_bwd_smem {
     static __device__ uint32_t kv_empty(uint32_t base) { return kv_full(base) + 8; }
     static __device__ uint32_t qdo_full(uint32_t base, int s) { return kv_full(base) + 8 * (2 + s); }
     static __device__ uint32_t qdo_empty(uint32_t base, int s) { return qdo_full(base, STAGES + s); }
+    static __device__ uint32_t dq_tile(uint32_t base, int b) { return base + DQ_OFFSET + b * DQ_BYTES; }
+    static __device__ uint32_t dq_full(uint32_t base, int b) { return qdo_full(base, 2 * STAGES + b); }
+    static __device__ uint32_t dq_empty(uint32_t base, int b) { return qdo_full(base, 2 * STAGES + 2 + b); }
+    static __device__ flashc_hopper_bwd_dq_slot *dq_slot(unsigned char *smem, int b) {
+        return reinterpret_cast<flashc_hopper_bwd_dq_slot *>(smem + DQ_SLOT_OFFSET) + b;
+    }
+    /* dQ goes through the tiles when the accumulator rows are exactly
+     * HEAD_DIM floats (then a block's rows are one contiguous range) */
+    static __device__ bool dq_via_smem(const flashc_bwd_params &p) { return DQ_IN_SMEM && p.fwd.head_dim == HEAD_DIM; }
 };
 
 /* The query blocks that see key block n_block of a sequence: iteration it
@@ -142,6 +164,15 @@ static __device__ __forceinline__ flashc_hopper_bwd_block flashc_hopper_bwd_bloc
     b.m_count = last_row >= first_row ? last_row / BLOCK_M - b.m_first + 1 : 0;
     b.iters = group * b.m_count;
     return b;
+}
+
+/* Iteration it of a key block: its query head and first query row. */
+static __device__ __forceinline__ int flashc_hopper_bwd_head(const flashc_hopper_bwd_block &blk, int it, int head_k,
+                                                             int group) {
+    return head_k * group + it / blk.m_count;
+}
+static __device__ __forceinline__ int flashc_hopper_bwd_m0(const flashc_hopper_bwd_block &blk, int it) {
+    return (blk.m_first + it % blk.m_count) * FLASHC_HOPPER_BWD_BLOCK_M;
 }
 
 /* The producer: one thread issues, per key block that any query sees, K
@@ -176,8 +207,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
         for (int it = 0; it < blk.iters; ++it, ++step) {
             const int s = step % L::STAGES;
             const uint32_t phase = (uint32_t)(step / L::STAGES) & 1;
-            const int head = head_k * group + it / blk.m_count;
-            const int m0 = (blk.m_first + it % blk.m_count) * BLOCK_M;
+            const int head = flashc_hopper_bwd_head(blk, it, head_k, group);
+            const int m0 = flashc_hopper_bwd_m0(blk, it);
             const int q_row = (int)(seq.q_start + m0);
             flashc_mbarrier_wait(L::qdo_empty(base, s), phase ^ 1);
             flashc_mbarrier_expect_bytes(L::qdo_full(base, s), 2 * L::QO_BYTES + L::ROWS_BYTES);
@@ -194,6 +225,52 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
             flashc_bulk_load(L::rows(base, s) + BLOCK_M * 4, p.dsum + ws_row, BLOCK_M * 4, L::qdo_full(base, s));
         }
     }
+}
+
+/* The dQ reducer (one thread of the producer warpgroup, when
+ * dq_via_smem): once every consumer thread wrote its part of dQ tile
+ * step % 2 (and one of them the tile's slot), adds the tile into the
+ * float32 accumulator with one bulk reduction, and frees the tile once the
+ * reduction has read it (deterministic mode: once it has completed, so
+ * that the additions into this CTA's slice happen in order). It runs in
+ * the producer's few registers: the consumers work out the addresses. */
+template <int HEAD_DIM, int BLOCK_N>
+static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(bool deterministic, unsigned char *smem,
+                                                                   uint32_t base) {
+    typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
+    for (int step = 0;; ++step) {
+        const int b = step % 2;
+        flashc_mbarrier_wait(L::dq_full(base, b), (uint32_t)(step / 2) & 1);
+        const flashc_hopper_bwd_dq_slot slot = *L::dq_slot(smem, b);
+        if (slot.bytes == 0) break;
+        flashc_bulk_reduce_add_f32(slot.dst, L::dq_tile(base, b), slot.bytes);
+        flashc_bulk_commit();
+        if (deterministic)
+            flashc_bulk_wait_all<false>();
+        else
+            flashc_bulk_wait_all<true>();
+        flashc_mbarrier_arrive(L::dq_empty(base, b));
+    }
+    flashc_bulk_wait_all<false>();
+}
+
+/* The consumers' side of one dQ tile hand-over: every consumer thread
+ * waits for tile step % 2 to be free, `write`s its part, then arrives;
+ * consumer thread 0 also fills the slot (bytes = 0: no more tiles). */
+template <int HEAD_DIM, int BLOCK_N, typename Write>
+static __device__ __forceinline__ void flashc_hopper_bwd_hand_over_dq(unsigned char *smem, uint32_t base, int step,
+                                                                      int consumer_thread, float *dst,
+                                                                      uint32_t bytes, Write write) {
+    typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
+    const int b = step % 2;
+    flashc_mbarrier_wait(L::dq_empty(base, b), ((uint32_t)(step / 2) & 1) ^ 1);
+    write(reinterpret_cast<float *>(smem + L::DQ_OFFSET + b * L::DQ_BYTES));
+    if (consumer_thread == 0) {
+        L::dq_slot(smem, b)->dst = dst;
+        L::dq_slot(smem, b)->bytes = bytes;
+    }
+    flashc_fence_proxy_async(); /* the tile visible to the bulk reduction */
+    flashc_mbarrier_arrive(L::dq_full(base, b));
 }
 
 /* Zero rows [first_row, ROWS) of a tile of COL_BLOCKS [ROWS x 128-byte]
@@ -328,6 +405,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
     const int wg_query0 = W::query0(warpgroup);             /* its first query of S^T in the query block */
     const int kv_col0 = W::kv_col0(warpgroup);              /* its first dK / dV column */
     const int dq_col0 = warpgroup * DQ_COLS;
+    const bool dq_via_smem = L::dq_via_smem(p);
     const uint32_t k_addr = L::k_tile(base), v_addr = L::v_tile(base);
 
     int loaded = 0, step = 0;
@@ -353,8 +431,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
 
         for (int it = 0; it < blk.iters; ++it, ++step) {
             const int s = step % L::STAGES;
-            const int head = head_k * group + it / blk.m_count;
-            const int m0 = (blk.m_first + it % blk.m_count) * BLOCK_M;
+            const int head = flashc_hopper_bwd_head(blk, it, head_k, group);
+            const int m0 = flashc_hopper_bwd_m0(blk, it);
             const int rows = min(BLOCK_M, seq.sq - m0);
             flashc_mbarrier_wait(L::qdo_full(base, s), (uint32_t)(step / L::STAGES) & 1);
             if (rows < BLOCK_M) { /* uniform over the consumers */
@@ -443,18 +521,37 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
              * unordered after the other lanes' reads: racecheck hazards). */
             flashc_mbarrier_arrive(L::qdo_empty(base, s));
 
-            /* dQ rows of the block inside the sequence, columns inside d */
-            float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
+            if (dq_via_smem) {
+                /* the tile's rows inside the sequence, added by the reducer */
+                flashc_hopper_bwd_hand_over_dq<HEAD_DIM, BLOCK_N>(
+                    smem, base, step, consumer_thread,
+                    dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * HEAD_DIM,
+                    (uint32_t)(rows * HEAD_DIM * 4), [&](float *tile) {
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int row = 16 * warp_in_group + 8 * half + lane / 4;
-                if (row >= rows) continue;
+                        for (int half = 0; half < 2; ++half) {
+                            const int row = 16 * warp_in_group + 8 * half + lane / 4;
 #pragma unroll
-                for (int j = 0; j < DQ_ATOMS; ++j) {
-                    const int col = dq_col0 + 8 * j + 2 * (lane % 4);
-                    if (col >= p.fwd.head_dim) continue; /* head_dim is even: col + 1 is inside too */
-                    flashc_red_add_f32x2(dq_rows + (int64_t)row * p.fwd.head_dim + col, acc_dq[0][j][2 * half],
-                                         acc_dq[0][j][2 * half + 1]);
+                            for (int j = 0; j < DQ_ATOMS; ++j)
+                                *reinterpret_cast<float2 *>(tile + row * HEAD_DIM + dq_col0 + 8 * j +
+                                                            2 * (lane % 4)) =
+                                    make_float2(acc_dq[0][j][2 * half], acc_dq[0][j][2 * half + 1]);
+                        }
+                    });
+            } else {
+                /* added here: rows of the block inside the sequence,
+                 * columns inside d */
+                float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int row = 16 * warp_in_group + 8 * half + lane / 4;
+                    if (row >= rows) continue;
+#pragma unroll
+                    for (int j = 0; j < DQ_ATOMS; ++j) {
+                        const int col = dq_col0 + 8 * j + 2 * (lane % 4);
+                        if (col >= p.fwd.head_dim) continue; /* head_dim is even: col + 1 is inside too */
+                        flashc_red_add_f32x2(dq_rows + (int64_t)row * p.fwd.head_dim + col, acc_dq[0][j][2 * half],
+                                             acc_dq[0][j][2 * half + 1]);
+                    }
                 }
             }
         }
@@ -485,6 +582,10 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             }
         }
     }
+    /* the reducer stops at an empty slot */
+    if (dq_via_smem)
+        flashc_hopper_bwd_hand_over_dq<HEAD_DIM, BLOCK_N>(smem, base, step, consumer_thread, nullptr, 0u,
+                                                          [](float *) {});
 }
 
 template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL>
@@ -511,6 +612,10 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
             flashc_mbarrier_init(L::qdo_full(base, s), 1);
             flashc_mbarrier_init(L::qdo_empty(base, s), FLASHC_HOPPER_BWD_CONSUMER_THREADS);
         }
+        for (int b = 0; b < 2; ++b) {
+            flashc_mbarrier_init(L::dq_full(base, b), FLASHC_HOPPER_BWD_CONSUMER_THREADS);
+            flashc_mbarrier_init(L::dq_empty(base, b), 1);
+        }
         flashc_mbarrier_init_fence();
     }
     __syncthreads();
@@ -519,6 +624,8 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     if (warp < 4) {
         flashc_setmaxnreg_dec<FLASHC_HOPPER_BWD_PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) flashc_hopper_bwd_produce<HEAD_DIM, BLOCK_N>(maps, p, seq, batch, head_k, chunk, base);
+        if (threadIdx.x == 32 && L::dq_via_smem(p))
+            flashc_hopper_bwd_reduce_dq<HEAD_DIM, BLOCK_N>(p.deterministic, smem_raw + (base - raw_addr), base);
     } else {
         flashc_setmaxnreg_inc<FLASHC_HOPPER_BWD_CONSUMER_REGISTERS>();
         flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,

@@ -2,8 +2,8 @@
  * wgmma with B MN-major and A MN-major (dQ = dS K, with dS stored as dS^T
  * and K as stored, keys x head dim) or K-major (P^T, dS^T from shared
  * memory), the plain bulk copy that brings the
- * LSE / D rows in on the same mbarrier as the Q / dO tiles, and the vector
- * reduction that adds dQ into its float32 accumulator. */
+ * LSE / D rows in on the same mbarrier as the Q / dO tiles, and the bulk
+ * and vector reductions that add dQ into its float32 accumulator. */
 #ifndef FLASHC_CUDA_HOPPER_BWD_PTX_CUH
 #define FLASHC_CUDA_HOPPER_BWD_PTX_CUH
 
@@ -16,6 +16,29 @@ static __device__ __forceinline__ void flashc_bulk_load(uint32_t dst, const void
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
         "l"(src), "r"(bytes), "r"(bar)
         : "memory");
+}
+
+/* global[0, bytes) += shared[0, bytes) as float32 (a multiple of 16 bytes,
+ * both 16-byte aligned), an asynchronous bulk reduction in this thread's
+ * bulk group; each element is added atomically. */
+static __device__ __forceinline__ void flashc_bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void flashc_bulk_commit(void) {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/* Wait until this thread's bulk groups have read their shared memory
+ * (READ_ONLY) or have completed. */
+template <bool READ_ONLY>
+static __device__ __forceinline__ void flashc_bulk_wait_all(void) {
+    if constexpr (READ_ONLY)
+        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    else
+        asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 /* *addr += a, addr[1] += b: one vector reduction (no return value, so no
