@@ -110,24 +110,35 @@ step_build() {
 step_ctest() {
     local log="$OUT/ctest.log" fwd_log="$SCRATCH/cuda_fwd.log" bwd_log="$SCRATCH/cuda_bwd.log"
     # the two CUDA test programs (the long ones) beside the CPU tests; the
-    # backward's in quick mode (one reproducibility case of each kind)
+    # backward's in quick mode (one reproducibility case of each kind), one
+    # process per test (their CPU-side references run side by side)
     ( cd "$B" && timeout "$(budget 300)" ctest -R '^test_cuda_forward$' -V > "$fwd_log" 2>&1 ) &
     local fwd_pid=$!
-    ( cd "$B" && FLASHC_TEST_QUICK=1 timeout "$(budget 300)" ctest -R '^test_cuda_backward$' -V > "$bwd_log" 2>&1 ) &
-    local bwd_pid=$!
+    local bwd_tests bwd_pids=() name
+    bwd_tests=$(grep -oE 'cmocka_unit_test\([a-z_0-9]+\)' tests/test_cuda_backward.c | sed 's/.*(\(.*\))/\1/')
+    : > "$bwd_log"
+    for name in $bwd_tests; do
+        ( cd "$B/tests" && FLASHC_TEST_FILTER="$name" FLASHC_TEST_QUICK=1 OMP_NUM_THREADS=2 \
+              timeout "$(budget 300)" ./test_cuda_backward > "$SCRATCH/cuda_bwd_$name.log" 2>&1 ) &
+        bwd_pids+=($!)
+    done
     timeout "$(budget 300)" ctest --test-dir "$B" -E '^test_cuda_(forward|backward)$' -j 8 --output-on-failure \
         > "$log" 2>&1
     local rc_cpu=$?
     wait "$fwd_pid"
-    local rc_fwd=$?
-    wait "$bwd_pid"
-    local rc_bwd=$?
+    local rc_fwd=$? rc_bwd=0 pid bwd_passed=0 bwd_count=0
+    for pid in "${bwd_pids[@]}"; do wait "$pid" || rc_bwd=1; done
+    for name in $bwd_tests; do
+        bwd_count=$((bwd_count + 1))
+        grep -q '^\[  PASSED  \] 1 test' "$SCRATCH/cuda_bwd_$name.log" && bwd_passed=$((bwd_passed + 1))
+        { echo "--- $name"; cat "$SCRATCH/cuda_bwd_$name.log"; } >> "$bwd_log"
+    done
     {
         echo
         echo "=== test_cuda_forward (ctest -V) ==="
         grep -vE '^[0-9]+: \[ (RUN|      OK) ' "$fwd_log"
         echo
-        echo "=== test_cuda_backward (ctest -V, FLASHC_TEST_QUICK=1) ==="
+        echo "=== test_cuda_backward (FLASHC_TEST_QUICK=1, one process per test) ==="
         grep -vE '^[0-9]+: \[ (RUN|      OK) ' "$bwd_log"
         echo
         echo "=== flashc run (default problem on the GPU, checked against the reference) ==="
@@ -137,7 +148,7 @@ step_ctest() {
     local cpu_line fwd_line bwd_line
     cpu_line=$(grep -E 'tests passed|tests failed' "$log" | head -1)
     fwd_line=$(grep -E 'Test +#[0-9]+: test_cuda_forward' "$fwd_log" | sed 's/.*test_cuda_forward *\.*//')
-    bwd_line=$(grep -E 'Test +#[0-9]+: test_cuda_backward' "$bwd_log" | sed 's/.*test_cuda_backward *\.*//')
+    bwd_line="$bwd_passed/$bwd_count tests passed"
     NOTE[ctest]="CPU tests: ${cpu_line:-?}; test_cuda_forward: ${fwd_line:-?}; test_cuda_backward: ${bwd_line:-?}"
     grep -q '^result    PASS' "$log" || NOTE[ctest]+="; flashc run check did not PASS"
     [ "$rc_cpu" -eq 0 ] && [ "$rc_fwd" -eq 0 ] && [ "$rc_bwd" -eq 0 ] && grep -q '^result    PASS' "$log"

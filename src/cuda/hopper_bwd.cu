@@ -42,7 +42,7 @@ cudaError_t flashc_hopper_bwd(const flashc_bwd_params *p, void *stream, int is_b
     if (p->tile_m != FLASHC_HOPPER_BWD_BLOCK_M) return cudaErrorNotSupported;
     const int d = p->fwd.head_dim > p->fwd.head_dim_v ? p->fwd.head_dim : p->fwd.head_dim_v;
     flashc_hopper_bwd_maps maps;
-#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_N)                         \
+#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_N, DQ_BULK)                \
     if (d <= HEAD_DIM) {                                                      \
         if (!make_maps(&maps, p, is_bf16, BLOCK_N)) return cudaErrorNotSupported; \
         return flashc_hopper_bwd_run_hdim##HEAD_DIM(p, &maps, stream, is_bf16); \

@@ -86,7 +86,7 @@ typedef struct flashc_hopper_bwd_dq_slot {
  * 128-byte swizzle (as TMA writes them). dS^T (and at BLOCK_N = 64 Pd^T):
  * BLOCK_N key rows of the BLOCK_M = 64 queries (one 128-byte row each),
  * same swizzle, two buffers so one named barrier per query block orders
- * writes after reads. dQ (at BLOCK_N = 128, where it fits): two float32
+ * writes after reads. dQ (with DQ_BULK): two float32
  * tiles [BLOCK_M rows x HEAD_DIM], rows as in the accumulator, each added
  * to it by one bulk reduction. */
 template <int HEAD_DIM, int BLOCK_N_>
@@ -105,7 +105,7 @@ struct flashc_hopper_bwd_smem {
     static constexpr int DS_OFFSET = DO_OFFSET + STAGES * QO_BYTES;
     static constexpr int PT_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr int ROWS_OFFSET = PT_OFFSET + (PT_IN_SMEM ? 2 * DS_BYTES : 0);
-    static constexpr bool DQ_IN_SMEM = !PT_IN_SMEM;
+    static constexpr bool DQ_IN_SMEM = flashc_hopper_bwd_dq_bulk(HEAD_DIM);
     static constexpr int DQ_BYTES = BLOCK_M * HEAD_DIM * 4;
     static constexpr int DQ_OFFSET = ROWS_OFFSET + STAGES * ROWS_BYTES;
     static constexpr int BARRIER_OFFSET = DQ_OFFSET + (DQ_IN_SMEM ? 2 * DQ_BYTES : 0);
