@@ -199,11 +199,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 pos.sk = seq.sk;
                 const bool masked = flashc_tile_needs_mask(m0, min(BLOCK_M, seq.sq - m0), n0, BLOCK_N, seq.sk, shift,
                                                            p.fwd.window_left, p.fwd.window_right);
-                float alibi_slope_log2 = 0.0f;
-                if (p.fwd.alibi_slopes)
-                    alibi_slope_log2 =
-                        p.fwd.alibi_slopes[batch * p.fwd.alibi_batch_stride + head * p.fwd.alibi_head_stride] *
-                        (float)FLASHC_LOG2E;
+                const float alibi_slope_log2 = flashc_alibi_slope_log2(p.fwd, batch, head);
                 const int at = (s_row0 + g) * SP + s_col0 + 2 * t;
                 flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP>(acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked,
                                                                    alibi_slope_log2, batch, head, sP + at, sdS + at);

@@ -5,6 +5,7 @@
 
 #include "../core/semantics.h"
 #include "fwd_launch.h"
+#include "fwd_mask.cuh"
 #include "fwd_seq.cuh"
 #include "ptx.cuh"
 #include "launch_grid.h"
@@ -97,9 +98,7 @@ __global__ void flashc_dmask_kernel(const flashc_fwd_params p, const flashc_scor
     const int head_k = head / (p.nheads / p.nheads_k);
     const T *k = reinterpret_cast<const T *>(p.k) + batch * p.k_batch_stride + seq.k_start * p.k_row_stride +
                  head_k * p.k_head_stride;
-    float alibi_slope_log2 = 0.0f;
-    if (p.alibi_slopes)
-        alibi_slope_log2 = p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * (float)FLASHC_LOG2E;
+    const float alibi_slope_log2 = flashc_alibi_slope_log2(p, batch, head);
     if (row < seq.sq) {
         const T *q = reinterpret_cast<const T *>(p.q) + batch * p.q_batch_stride +
                      (seq.q_start + row) * p.q_row_stride + head * p.q_head_stride;

@@ -266,9 +266,7 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
     pos.shift = shift;
     pos.sk = seq.sk;
 
-    float alibi_slope_log2 = 0.0f;
-    if (GENERAL && p.alibi_slopes)
-        alibi_slope_log2 = p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * (float)FLASHC_LOG2E;
+    const float alibi_slope_log2 = GENERAL ? flashc_alibi_slope_log2(p, batch, head) : 0.0f;
     const float score_to_log2 = GENERAL ? 1.0f : p.scale_log2;
 
     flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS>(sQ, q, p.q_row_stride, rows, p.head_dim);

@@ -10,7 +10,15 @@
 
 #include <math.h>
 
+#include "../core/semantics.h"
 #include "fwd_params.h"
+
+/* The ALiBi slope of (batch, head) times log2(e); 0 without ALiBi. */
+static __device__ __forceinline__ float flashc_alibi_slope_log2(const flashc_fwd_params &p, int batch, int head) {
+    return p.alibi_slopes
+               ? p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * (float)FLASHC_LOG2E
+               : 0.0f;
+}
 
 /* Geometry of one (row block, key block) tile in sequence coordinates. */
 typedef struct flashc_tile_pos {

@@ -313,26 +313,12 @@ static __device__ __forceinline__ void flashc_hopper_bwd_issue_transposed_scores
     flashc_wgmma_commit();
 }
 
-/* acc (keys x head dim) += A B with A the 16-bit fragments of a transposed
- * score tile (k = the 64 queries) and B = dO or Q of the stage as stored:
- * queries x head dim, MN-major (16 query rows per k-step, column blocks
- * BLOCK_M * 128 bytes apart). One batch, committed. */
-template <typename T, int HEAD_DIM>
-static __device__ __forceinline__ void flashc_hopper_bwd_issue_key_grad(float *acc,
-                                                                        const uint32_t (&a)[FLASHC_HOPPER_BWD_BLOCK_M / 16][4],
-                                                                        uint32_t queries_addr) {
-    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
-    flashc_wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < BLOCK_M / 16; ++ks)
-        flashc_wgmma_rs<T, HEAD_DIM>(acc, a[ks], flashc_wgmma_desc(queries_addr + ks * 16 * 128, BLOCK_M * 128));
-    flashc_wgmma_commit();
-}
-
-/* The same product with A = Pd^T or dS^T from shared memory (BLOCK_N = 64
- * key rows of the 64 queries, K-major) and B = the N columns of dO or Q
- * from queries_addr on (the column block of the warpgroup's first column).
- * One batch, committed. */
+/* acc (keys x N columns) += A B with A = Pd^T or dS^T from shared memory
+ * (BLOCK_N = 64 key rows of the 64 queries, K-major) and B = the N columns
+ * of dO or Q from queries_addr on (the column block of the warpgroup's
+ * first column; MN-major, 16 query rows per k-step, column blocks
+ * BLOCK_M * 128 bytes apart). One batch, committed. The key-split
+ * configurations use flashc_wgmma_rs_batch instead, A from registers. */
 template <typename T, int N>
 static __device__ __forceinline__ void flashc_hopper_bwd_issue_key_grad_ss(float *acc, uint32_t scores_addr,
                                                                            uint32_t queries_addr) {
@@ -455,11 +441,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                 pos.query0 = m0 + wg_query0 + 2 * (lane % 4);
                 const bool masked = flashc_tile_needs_mask(m0, rows, blk.n0 + wg_key0, 64, seq.sk, shift,
                                                            p.fwd.window_left, p.fwd.window_right);
-                float alibi_slope_log2 = 0.0f;
-                if (p.fwd.alibi_slopes)
-                    alibi_slope_log2 =
-                        p.fwd.alibi_slopes[batch * p.fwd.alibi_batch_stride + head * p.fwd.alibi_head_stride] *
-                        (float)FLASHC_LOG2E;
+                const float alibi_slope_log2 = flashc_alibi_slope_log2(p.fwd, batch, head);
                 const float *lse2 = reinterpret_cast<const float *>(smem + L::ROWS_OFFSET + s * L::ROWS_BYTES);
                 const float *dsum = lse2 + BLOCK_M;
                 const int col0 = wg_query0 + 2 * (lane % 4);
@@ -501,8 +483,9 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                 flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS>(&acc_dk[0][0][0], L::ds_tile(base, step % 2),
                                                                    L::q_tile(base, s) + col_block);
             } else {
-                flashc_hopper_bwd_issue_key_grad<T, HEAD_DIM>(&acc_dv[0][0][0], p_frag[0], L::do_tile(base, s));
-                flashc_hopper_bwd_issue_key_grad<T, HEAD_DIM>(&acc_dk[0][0][0], ds_frag[0], L::q_tile(base, s));
+                /* dV += Pd^T dO, dK += dS^T Q */
+                flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_M>(&acc_dv[0][0][0], p_frag[0], L::do_tile(base, s));
+                flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_M>(&acc_dk[0][0][0], ds_frag[0], L::q_tile(base, s));
                 flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
             }
 

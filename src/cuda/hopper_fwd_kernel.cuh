@@ -80,19 +80,6 @@ static __device__ __forceinline__ void flashc_hopper_issue_qk(float *acc_s, uint
     flashc_wgmma_commit();
 }
 
-/* Issue O += P V as one wgmma batch: BLOCK_N / 16 k-steps of 16 keys (16
- * rows of 128 bytes in every 64-column block of V; the blocks are
- * BLOCK_N * 128 bytes apart). */
-template <typename T, int HEAD_DIM, int BLOCK_N>
-static __device__ __forceinline__ void flashc_hopper_issue_pv(float *acc_o, const uint32_t (&p)[BLOCK_N / 16][4],
-                                                              uint32_t v_addr) {
-    flashc_wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < BLOCK_N / 16; ++ks)
-        flashc_wgmma_rs<T, HEAD_DIM>(acc_o, p[ks], flashc_wgmma_desc(v_addr + ks * 16 * 128, BLOCK_N * 128));
-    flashc_wgmma_commit();
-}
-
 /* Zero rows [first_row, BLOCK_N) of a V stage (all consumer threads), then
  * make the zeros visible to wgmma. */
 template <int HEAD_DIM, int BLOCK_N>
@@ -166,10 +153,7 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
     pos.shift = shift;
     pos.sk = seq.sk;
 
-    float alibi_slope_log2 = 0.0f;
-    if (GENERAL && p.alibi_slopes)
-        alibi_slope_log2 =
-            p.alibi_slopes[batch * p.alibi_batch_stride + head * p.alibi_head_stride] * (float)FLASHC_LOG2E;
+    const float alibi_slope_log2 = GENERAL ? flashc_alibi_slope_log2(p, batch, head) : 0.0f;
     const float score_to_log2 = GENERAL ? 1.0f : p.scale_log2;
 
     float acc_o[1][OUT_ATOMS][4];
@@ -209,7 +193,7 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
         if (it == 0 && n0 + BLOCK_N > seq.sk)
             flashc_hopper_zero_v_rows<HEAD_DIM, BLOCK_N>(smem + L::V_OFFSET + stage(it) * L::KV_BYTES,
                                                          seq.sk - n0, threadIdx.x - 128);
-        flashc_hopper_issue_pv<T, HEAD_DIM, BLOCK_N>(&acc_o[0][0][0], p_frag, L::v_tile(base, stage(it)));
+        flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_N>(&acc_o[0][0][0], p_frag, L::v_tile(base, stage(it))); /* O += P V */
     };
 
     /* S of block it into acc_s (K's stage released once it is read). */

@@ -315,4 +315,19 @@ static __device__ __forceinline__ void flashc_wgmma_rs(float *d, const uint32_t 
     if (N == 256) flashc_wgmma_rs_n256<T>(d, a, desc_b);
 }
 
+/* acc += A B as one committed batch of K_ROWS / 16 k-steps: A from
+ * registers (16-bit fragments, a[ks] for k-step ks), B from shared memory
+ * MN-major as stored: K_ROWS rows of 128 bytes in each 64-column block,
+ * the blocks K_ROWS * 128 bytes apart (O += P V: B = V, K_ROWS = the keys;
+ * the backward's dV += P^T dO: B = dO, K_ROWS = the queries). */
+template <typename T, int N, int K_ROWS>
+static __device__ __forceinline__ void flashc_wgmma_rs_batch(float *acc, const uint32_t (&a)[K_ROWS / 16][4],
+                                                             uint32_t b_addr) {
+    flashc_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < K_ROWS / 16; ++ks)
+        flashc_wgmma_rs<T, N>(acc, a[ks], flashc_wgmma_desc(b_addr + ks * 16 * 128, K_ROWS * 128));
+    flashc_wgmma_commit();
+}
+
 #endif
