@@ -295,24 +295,6 @@ static __device__ __forceinline__ void flashc_hopper_bwd_publish(int barrier) {
     flashc_named_barrier(barrier, FLASHC_HOPPER_BWD_CONSUMER_THREADS);
 }
 
-/* A = the warpgroup's 64 rows of K (or V), B = its S_COLS rows of Q (or
- * dO): HEAD_DIM / 16 k-steps, both K-major (32 bytes per k-step inside a
- * 64-column block, then the next block). One batch, committed. */
-template <typename T, int HEAD_DIM, int BLOCK_N, int S_COLS>
-static __device__ __forceinline__ void flashc_hopper_bwd_issue_transposed_scores(float *acc, uint32_t keys_addr,
-                                                                                 uint32_t queries_addr) {
-    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
-    flashc_wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
-        const uint32_t step = (ks % 4) * 32;
-        const uint64_t desc_a = flashc_wgmma_desc(keys_addr + step + (ks / 4) * BLOCK_N * 128, 16);
-        const uint64_t desc_b = flashc_wgmma_desc(queries_addr + step + (ks / 4) * BLOCK_M * 128, 16);
-        flashc_wgmma_ss<T, S_COLS>(acc, desc_a, desc_b, ks > 0);
-    }
-    flashc_wgmma_commit();
-}
-
 /* acc (keys x N columns) += A B with A = Pd^T or dS^T from shared memory
  * (BLOCK_N = 64 key rows of the 64 queries, K-major) and B = the N columns
  * of dO or Q from queries_addr on (the column block of the warpgroup's
@@ -431,10 +413,12 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
 
             /* S^T and dP^T, two batches: P^T is computed while dP^T runs */
             float acc_s[1][Q_ATOMS][4], acc_dp[1][Q_ATOMS][4];
-            flashc_hopper_bwd_issue_transposed_scores<T, HEAD_DIM, BLOCK_N, W::S_COLS>(
-                &acc_s[0][0][0], k_addr + wg_key0 * 128, L::q_tile(base, s) + wg_query0 * 128);
-            flashc_hopper_bwd_issue_transposed_scores<T, HEAD_DIM, BLOCK_N, W::S_COLS>(
-                &acc_dp[0][0][0], v_addr + wg_key0 * 128, L::do_tile(base, s) + wg_query0 * 128);
+            /* S^T = K Q^T, dP^T = V dO^T: the warpgroup's 64 keys against
+             * its S_COLS queries */
+            flashc_wgmma_ss_batch<T, W::S_COLS, HEAD_DIM, BLOCK_N, BLOCK_M>(&acc_s[0][0][0], k_addr + wg_key0 * 128,
+                                                                            L::q_tile(base, s) + wg_query0 * 128);
+            flashc_wgmma_ss_batch<T, W::S_COLS, HEAD_DIM, BLOCK_N, BLOCK_M>(&acc_dp[0][0][0], v_addr + wg_key0 * 128,
+                                                                            L::do_tile(base, s) + wg_query0 * 128);
             flashc_wgmma_wait<1>(); /* S^T in, dP^T may still run */
             flashc_fence_registers<W::S_COLS / 2>(&acc_s[0][0][0]);
             {

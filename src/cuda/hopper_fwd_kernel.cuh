@@ -63,23 +63,6 @@ struct flashc_hopper_fwd_smem {
     static __device__ uint32_t v_empty(uint32_t base, int s) { return k_empty(base, FLASHC_HOPPER_STAGES + s); }
 };
 
-/* Issue S = Q K^T for one warpgroup's 64 rows as one wgmma batch (the
- * caller waits): HEAD_DIM / 16 k-steps, the first overwriting the
- * accumulators. k-step ks reads columns 16 ks.. of each row: 32-byte steps
- * inside a 64-column block, then the next block. */
-template <typename T, int HEAD_DIM, int BLOCK_N>
-static __device__ __forceinline__ void flashc_hopper_issue_qk(float *acc_s, uint32_t q_addr, uint32_t k_addr) {
-    flashc_wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
-        const uint32_t step = (ks % 4) * 32;
-        const uint64_t desc_q = flashc_wgmma_desc(q_addr + step + (ks / 4) * FLASHC_HOPPER_BLOCK_M * 128, 16);
-        const uint64_t desc_k = flashc_wgmma_desc(k_addr + step + (ks / 4) * BLOCK_N * 128, 16);
-        flashc_wgmma_ss<T, BLOCK_N>(acc_s, desc_q, desc_k, ks > 0);
-    }
-    flashc_wgmma_commit();
-}
-
 /* Zero rows [first_row, BLOCK_N) of a V stage (all consumer threads), then
  * make the zeros visible to wgmma. */
 template <int HEAD_DIM, int BLOCK_N>
@@ -199,7 +182,8 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
     /* S of block it into acc_s (K's stage released once it is read). */
     auto compute_s = [&](float (&acc_s)[1][COL_ATOMS][4], int it) {
         flashc_mbarrier_wait(L::k_full(base, stage(it)), phase(it));
-        flashc_hopper_issue_qk<T, HEAD_DIM, BLOCK_N>(&acc_s[0][0][0], q_addr, L::k_tile(base, stage(it)));
+        flashc_wgmma_ss_batch<T, BLOCK_N, HEAD_DIM, FLASHC_HOPPER_BLOCK_M, BLOCK_N>(&acc_s[0][0][0], q_addr,
+                                                                            L::k_tile(base, stage(it))); /* S = Q K^T */
         flashc_wgmma_wait<0>();
         flashc_fence_registers<BLOCK_N / 2>(&acc_s[0][0][0]);
         if (lane == 0) flashc_mbarrier_arrive(L::k_empty(base, stage(it)));
@@ -236,7 +220,8 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
         for (int it = 1; it < n_iters; ++it) {
             float acc_s[1][COL_ATOMS][4], alpha[2];
             flashc_mbarrier_wait(L::k_full(base, stage(it)), phase(it));
-            flashc_hopper_issue_qk<T, HEAD_DIM, BLOCK_N>(&acc_s[0][0][0], q_addr, L::k_tile(base, stage(it)));
+            flashc_wgmma_ss_batch<T, BLOCK_N, HEAD_DIM, FLASHC_HOPPER_BLOCK_M, BLOCK_N>(&acc_s[0][0][0], q_addr,
+                                                                            L::k_tile(base, stage(it))); /* S = Q K^T */
             issue_pv(p_frag[0], it - 1);
             flashc_wgmma_wait<1>(); /* S done, P V may still run */
             flashc_fence_registers<BLOCK_N / 2>(&acc_s[0][0][0]);

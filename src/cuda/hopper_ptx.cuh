@@ -315,6 +315,24 @@ static __device__ __forceinline__ void flashc_wgmma_rs(float *d, const uint32_t 
     if (N == 256) flashc_wgmma_rs_n256<T>(d, a, desc_b);
 }
 
+/* acc = A B^T as one committed batch of K_COLS / 16 k-steps, both operands
+ * K-major from shared memory as TMA stores them: rows of 128 bytes in
+ * 64-column blocks, A's blocks A_ROWS * 128 bytes apart, B's B_ROWS * 128;
+ * k-step ks reads 32 bytes at (ks % 4) * 32 of block ks / 4. The first
+ * k-step overwrites acc. (S = Q K^T; the backward's S^T = K Q^T.) */
+template <typename T, int N, int K_COLS, int A_ROWS, int B_ROWS>
+static __device__ __forceinline__ void flashc_wgmma_ss_batch(float *acc, uint32_t a_addr, uint32_t b_addr) {
+    flashc_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < K_COLS / 16; ++ks) {
+        const uint32_t step = (ks % 4) * 32;
+        const uint64_t desc_a = flashc_wgmma_desc(a_addr + step + (ks / 4) * A_ROWS * 128, 16);
+        const uint64_t desc_b = flashc_wgmma_desc(b_addr + step + (ks / 4) * B_ROWS * 128, 16);
+        flashc_wgmma_ss<T, N>(acc, desc_a, desc_b, ks > 0);
+    }
+    flashc_wgmma_commit();
+}
+
 /* acc += A B as one committed batch of K_ROWS / 16 k-steps: A from
  * registers (16-bit fragments, a[ks] for k-step ks), B from shared memory
  * MN-major as stored: K_ROWS rows of 128 bytes in each 64-column block,
