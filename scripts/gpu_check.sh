@@ -17,7 +17,9 @@
 #   pytest    the Python package (pip install, reusing the build above; the
 #             built library through FLASHC_LIBRARY if that fails), then
 #             pytest tests/python on CUDA: pytest.log
-#   bench     `flashc bench --quick` (the C benchmark on the GPU) and
+#   bench     `flashc bench --quick` (the C benchmark on the GPU), the
+#             backward's deterministic cost (`flashc bench` with and without
+#             --deterministic at seqlen 2048 and 16384) and
 #             bench/gpu_sdpa_bench.py against PyTorch SDPA flash and cudnn:
 #             bench.log, bench.tsv
 # and summary.txt, the table printed last.
@@ -292,6 +294,11 @@ step_bench() {
         echo "=== flashc bench --quick (C benchmark, GPU grid) ==="
         timeout "$(budget 90)" "$B/flashc" bench --quick --repeat 10 --warmup 3
         echo "exit status $?"
+        echo
+        # the deterministic backward's cost: the same problems both ways
+        echo "=== flashc bench, backward default and deterministic (seqlen 2048, 16384) ==="
+        timeout "$(budget 60)" "$B/flashc" bench --seqlen 2048,16384 --repeat 10 --warmup 3
+        timeout "$(budget 60)" "$B/flashc" bench --seqlen 2048,16384 --repeat 10 --warmup 3 --deterministic
         echo
         echo "=== bench/gpu_sdpa_bench.py ${BENCH_ARGS:-} ==="
     } > "$log" 2>&1
