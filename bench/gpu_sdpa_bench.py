@@ -17,7 +17,10 @@ them as (batch, heads, seqlen, hdim) views, flash_attn's own layout.
 
 flashc is called through the `flashc` Python package when it imports, else
 through ctypes on libflashc.so (--lib or FLASHC_LIBRARY). Its backward is
-timed where the library has one on CUDA; otherwise a note says so.
+timed where the library has one on CUDA; otherwise a note says so. Backward
+calls through autograd (SDPA, the flashc package) drop the inputs'
+gradients first, so that every library writes fresh gradients (no
+accumulation kernels in the time).
 
     python3 bench/gpu_sdpa_bench.py [--hdim 64,128] [--seqlen 1024] [--causal 0,1]
                                     [--quick] [--out results.tsv]
@@ -140,10 +143,11 @@ class CtypesFlashc:
         args.q, args.k, args.v, args.out, args.lse = (ctypes.pointer(t) for t in keep)
         args.options = self.lib.flashc_attention_options_default()
         args.options.causal = int(causal)
-        args.options.stream = torch.cuda.current_stream(q.device).cuda_stream
         fwd = self.lib.flashc_attention_forward
 
         def run():
+            # the current stream at call time: a graph capture's, when capturing
+            args.options.stream = torch.cuda.current_stream(q.device).cuda_stream
             st = fwd(ctypes.byref(args))
             if st != SUCCESS:
                 raise RuntimeError(f"flashc forward: {self.error(st)}")
@@ -181,6 +185,7 @@ class CtypesFlashc:
         bwd = self.lib.flashc_attention_backward
 
         def run():
+            args.options.stream = torch.cuda.current_stream(q.device).cuda_stream
             s = bwd(ctypes.byref(args))
             if s != SUCCESS:
                 raise RuntimeError(f"flashc backward: {self.error(s)}")
@@ -217,6 +222,7 @@ class PackageFlashc:
             return None, str(e)
 
         def run():
+            _fresh_gradients(qg, kg, vg)
             out.backward(dout, retain_graph=True)
         run.keep = (qg, kg, vg, out)
         return run, None
@@ -252,6 +258,15 @@ def sdpa_forward_call(backend, q, k, v, causal):
     return run
 
 
+def _fresh_gradients(*leaves):
+    """Drops the leaves' .grad, so that a timed backward writes new
+    gradients instead of adding into the last call's (autograd's in-place
+    add would put three extra kernels into the time of the libraries called
+    through autograd and not of the one called through ctypes)."""
+    for t in leaves:
+        t.grad = None
+
+
 def sdpa_backward_call(backend, q, k, v, causal, dout):
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     with sdpa_kernel([SDPA_BACKENDS[backend]]):
@@ -260,6 +275,7 @@ def sdpa_backward_call(backend, q, k, v, causal, dout):
     dout_t = dout.transpose(1, 2)
 
     def run():
+        _fresh_gradients(qg, kg, vg)
         with sdpa_kernel([SDPA_BACKENDS[backend]]):
             out.backward(dout_t, retain_graph=True)
     run.keep = (qg, kg, vg, out)
