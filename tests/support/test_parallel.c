@@ -7,7 +7,9 @@
  * encountering thread when it would queue more than 64 tasks per thread). */
 static void as_tasks(int64_t n, void (*fn)(int64_t i, void *ctx), void *ctx) {
     for (int64_t i = 0; i < n; ++i) {
-        #pragma omp task firstprivate(i)
+        /* fn and ctx named: clang 14 crashes on an implicitly captured
+         * function pointer */
+        #pragma omp task firstprivate(i, fn, ctx)
         fn(i, ctx);
     }
     #pragma omp taskwait
