@@ -275,12 +275,39 @@ static double alibi_slope(const ref_problem *p, int64_t b, int64_t h) {
     return flashc_ref_load(slopes, index);
 }
 
-/* Scores of row i of (b, h) against every column: s[j] (only where
- * visible[j]), and t[j] = tanh(raw / softcap) for the softcap derivative.
- * Returns the number of visible columns. */
-static int64_t row_scores(const ref_problem *p, const flashc_ref_seq *seq, int64_t b, int64_t h,
-                          int64_t i, double *s, double *t, unsigned char *visible, double *qrow) {
-    int64_t hk = h / (p->nheads / p->nheads_k);
+/* The keys and values of one (sequence, kv head), decoded once into dense
+ * rows (len_k x d and len_k x dv): every query row reads all of them, and
+ * converting each element at every read would dominate the run time. */
+typedef struct head_kv {
+    double *k, *v;
+} head_kv;
+
+static void head_kv_free(head_kv *kv) {
+    free(kv->k);
+    free(kv->v);
+}
+
+static int head_kv_load(head_kv *kv, const ref_problem *p, const flashc_ref_seq *seq, int64_t b,
+                        int64_t hk) {
+    int64_t n = seq->len_k > 0 ? seq->len_k : 1;
+    kv->k = malloc((size_t)(n * (p->d > 0 ? p->d : 1)) * sizeof(double));
+    kv->v = malloc((size_t)(n * (p->dv > 0 ? p->dv : 1)) * sizeof(double));
+    if (!kv->k || !kv->v) return -1;
+    for (int64_t j = 0; j < seq->len_k; ++j) {
+        for (int64_t x = 0; x < p->d; ++x)
+            kv->k[j * p->d + x] = seq_load(p->k, p->varlen_mode, b, seq->k_start, j, hk, x);
+        for (int64_t x = 0; x < p->dv; ++x)
+            kv->v[j * p->dv + x] = seq_load(p->v, p->varlen_mode, b, seq->k_start, j, hk, x);
+    }
+    return 0;
+}
+
+/* Scores of row i of (b, h) against every column (the keys of h's kv
+ * head): s[j] (only where visible[j]), and t[j] = tanh(raw / softcap) for
+ * the softcap derivative. Returns the number of visible columns. */
+static int64_t row_scores(const ref_problem *p, const flashc_ref_seq *seq, const double *keys,
+                          int64_t b, int64_t h, int64_t i, double *s, double *t,
+                          unsigned char *visible, double *qrow) {
     double softcap = p->options->softcap;
     double slope = alibi_slope(p, b, h);
     int64_t diag = i + seq->len_k - seq->len_q;
@@ -293,7 +320,7 @@ static int64_t row_scores(const ref_problem *p, const flashc_ref_seq *seq, int64
         ++count;
         double dot = 0.0;
         for (int64_t x = 0; x < p->d; ++x)
-            dot += qrow[x] * seq_load(p->k, p->varlen_mode, b, seq->k_start, j, hk, x);
+            dot += qrow[x] * keys[j * p->d + x];
         double score = p->scale * dot;
         t[j] = 0.0;
         if (softcap > 0.0) {
@@ -372,13 +399,15 @@ static int forward_head(const ref_problem *p, int64_t b, int64_t h, double *out,
     flashc_ref_seq seq = flashc_ref_sequence(p->q, p->k, p->varlen, b);
     int64_t hk = h / (p->nheads / p->nheads_k);
     row_buffers r;
-    if (row_buffers_alloc(&r, seq.len_k, p->d) != 0) {
+    head_kv kv = {NULL, NULL};
+    if (row_buffers_alloc(&r, seq.len_k, p->d) != 0 || head_kv_load(&kv, p, &seq, b, hk) != 0) {
         row_buffers_free(&r);
+        head_kv_free(&kv);
         return -1;
     }
     for (int64_t i = 0; i < seq.len_q; ++i) {
         double m, row_lse;
-        row_scores(p, &seq, b, h, i, r.s, r.t, r.visible, r.qrow);
+        row_scores(p, &seq, kv.k, b, h, i, r.s, r.t, r.visible, r.qrow);
         row_softmax(seq.len_k, r.s, r.visible, r.prob, &m, &row_lse);
         if (lse) lse[i] = row_lse;
         for (int64_t j = 0; j < seq.len_k; ++j)
@@ -388,8 +417,7 @@ static int forward_head(const ref_problem *p, int64_t b, int64_t h, double *out,
                 double acc = 0.0;
                 for (int64_t j = 0; j < seq.len_k; ++j)
                     if (r.factor[j] != 0.0)
-                        acc += r.prob[j] * r.factor[j] *
-                               seq_load(p->v, p->varlen_mode, b, seq.k_start, j, hk, x);
+                        acc += r.prob[j] * r.factor[j] * kv.v[j * p->dv + x];
                 out[i * p->dv + x] = acc;
             }
         }
@@ -402,6 +430,7 @@ static int forward_head(const ref_problem *p, int64_t b, int64_t h, double *out,
         }
     }
     row_buffers_free(&r);
+    head_kv_free(&kv);
     return 0;
 }
 
@@ -432,9 +461,11 @@ int flashc_ref_backward(const flashc_backward_args *args, int64_t b, int64_t hk,
     if (dv) memset(dv, 0, (size_t)(sk * p.dv) * sizeof(double));
 
     row_buffers r;
+    head_kv kv = {NULL, NULL};
     double *own_out = NULL;
     double *dout_row = malloc((size_t)(p.dv > 0 ? p.dv : 1) * sizeof(double));
     int status = row_buffers_alloc(&r, sk, p.d) != 0 || !dout_row ? -1 : 0;
+    if (status == 0 && head_kv_load(&kv, &p, &seq, b, hk) != 0) status = -1;
     if (status == 0 && !args->out) {
         own_out = malloc((size_t)(sq * p.dv > 0 ? sq * p.dv : 1) * sizeof(double));
         if (!own_out) status = -1;
@@ -444,7 +475,7 @@ int flashc_ref_backward(const flashc_backward_args *args, int64_t b, int64_t hk,
         if (own_out) forward_head(&p, b, h, own_out, NULL, NULL);
         for (int64_t i = 0; i < sq; ++i) {
             double m, row_lse;
-            row_scores(&p, &seq, b, h, i, r.s, r.t, r.visible, r.qrow);
+            row_scores(&p, &seq, kv.k, b, h, i, r.s, r.t, r.visible, r.qrow);
             if (!row_softmax(sk, r.s, r.visible, r.prob, &m, &row_lse)) continue;
             /* D_i = rowsum(dO * O) - dLSE_i */
             double D = 0.0;
@@ -460,8 +491,7 @@ int flashc_ref_backward(const flashc_backward_args *args, int64_t b, int64_t hk,
                 double z = dropout_factor(&p, b, h, i, j);
                 double dp_dropped = 0.0;
                 for (int64_t x = 0; x < p.dv; ++x) {
-                    double vx = seq_load(p.v, p.varlen_mode, b, seq.k_start, j, hk, x);
-                    dp_dropped += dout_row[x] * vx;
+                    dp_dropped += dout_row[x] * kv.v[j * p.dv + x];
                     if (dv) dv[j * p.dv + x] += r.prob[j] * z * dout_row[x];
                 }
                 double ds = r.prob[j] * (dp_dropped * z - D);
@@ -469,8 +499,7 @@ int flashc_ref_backward(const flashc_backward_args *args, int64_t b, int64_t hk,
                 ds *= p.scale;
                 for (int64_t x = 0; x < p.d; ++x) {
                     if (dq)
-                        dq[(g * sq + i) * p.d + x] +=
-                            ds * seq_load(p.k, p.varlen_mode, b, seq.k_start, j, hk, x);
+                        dq[(g * sq + i) * p.d + x] += ds * kv.k[j * p.d + x];
                     if (dk) dk[j * p.d + x] += ds * r.qrow[x];
                 }
             }
@@ -479,5 +508,6 @@ int flashc_ref_backward(const flashc_backward_args *args, int64_t b, int64_t hk,
     free(own_out);
     free(dout_row);
     row_buffers_free(&r);
+    head_kv_free(&kv);
     return status;
 }

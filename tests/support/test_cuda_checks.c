@@ -392,31 +392,48 @@ int tcuda_run_case(const test_config *cfg, uint64_t seed, void *stream, int back
     return fails;
 }
 
+/* The cases of one tcuda_run_cases call; case r is cfgs[r * stride]. */
+typedef struct case_list {
+    const char *name;
+    const test_config *cfgs;
+    int stride, backward;
+    int *failed; /* per case */
+} case_list;
+
+static void run_listed_case(int64_t r, void *ctx) {
+    const case_list *list = ctx;
+    int i = (int)r * list->stride;
+    uint64_t seed = test_seed(list->name, (uint64_t)i);
+    void *stream = r & 1 ? tcuda_side_stream() : NULL;
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_MONOTONIC, &c0);
+    if (tcuda_run_case(&list->cfgs[i], seed, stream, list->backward) != 0) {
+        fprintf(stderr, "  -> %s case %d failed (input seed %llu, %s stream)\n", list->name, i,
+                (unsigned long long)seed, stream ? "side" : "default");
+        list->failed[r] = 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &c1);
+    if (test_verbose()) {
+        char desc[768];
+        test_config_describe(&list->cfgs[i], desc, sizeof desc);
+        fprintf(stderr, "  %s case %d: %.1f s [%s]\n", list->name, i,
+                (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec), desc);
+    }
+}
+
 void tcuda_run_cases(const char *name, const test_config *cfgs, int count, int backward) {
-    int failed = 0, stride = test_quick() ? 3 : 1, runs = (count + stride - 1) / stride;
+    int stride = test_quick() ? 3 : 1, runs = (count + stride - 1) / stride, failed = 0;
+    case_list list = {name, cfgs, stride, backward,
+                      calloc((size_t)(runs > 0 ? runs : 1), sizeof(int))};
+    if (!list.failed) fail_msg("%s: out of host memory", name);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    #pragma omp parallel for schedule(dynamic, 1) reduction(+ : failed)
-    for (int r = 0; r < runs; ++r) {
-        int i = r * stride;
-        uint64_t seed = test_seed(name, (uint64_t)i);
-        void *stream = r & 1 ? tcuda_side_stream() : NULL;
-        struct timespec c0, c1;
-        clock_gettime(CLOCK_MONOTONIC, &c0);
-        if (tcuda_run_case(&cfgs[i], seed, stream, backward) != 0) {
-            fprintf(stderr, "  -> %s case %d failed (input seed %llu, %s stream)\n", name, i,
-                    (unsigned long long)seed, stream ? "side" : "default");
-            ++failed;
-        }
-        clock_gettime(CLOCK_MONOTONIC, &c1);
-        if (test_verbose()) {
-            char desc[768];
-            test_config_describe(&cfgs[i], desc, sizeof desc);
-            fprintf(stderr, "  %s case %d: %.1f s [%s]\n", name, i,
-                    (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec), desc);
-        }
-    }
+    /* the cases run as tasks; the checks inside them spread their heads
+     * over the same threads (test_parallel_for) */
+    test_parallel_for(runs, run_listed_case, &list);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (int r = 0; r < runs; ++r) failed += list.failed[r];
+    free(list.failed);
     printf("%s: %d/%d cases passed (%.1f s)\n", name, runs - failed, runs,
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     fflush(stdout);

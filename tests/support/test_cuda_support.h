@@ -118,9 +118,9 @@ int tcuda_check_backward_against_cpu(tcuda_case *c);
 int tcuda_run_case(const test_config *cfg, uint64_t seed, void *stream, int backward);
 
 /* Runs the configs (a third of them under FLASHC_TEST_QUICK), every other
- * one on the side stream, several at a time on host threads (the
- * reference checks are the slow part); prints a summary and fails
- * (cmocka) if any failed. */
+ * one on the side stream, several at a time on host threads that also
+ * share the heads of each case's reference checks (the slow part); prints
+ * a summary and fails (cmocka) if any failed. */
 void tcuda_run_cases(const char *name, const test_config *cfgs, int count, int backward);
 
 #endif

@@ -29,6 +29,15 @@ uint64_t test_base_seed(void);
 /* A fresh seed for the n-th check of a test (distinct per name and n). */
 uint64_t test_seed(const char *test_name, uint64_t n);
 
+/* ---- Parallel loops --------------------------------------------------- */
+
+/* Calls fn(i, ctx) for every i in [0, n), in any order, on the OpenMP
+ * threads; returns when every call has returned. Inside a parallel region
+ * the calls become tasks of that region (cases run as tasks of one region
+ * share the threads with the checks inside them), elsewhere they get a
+ * region of their own. */
+void test_parallel_for(int64_t n, void (*fn)(int64_t i, void *ctx), void *ctx);
+
 /* ---- Random numbers --------------------------------------------------- */
 
 typedef struct test_rng {
