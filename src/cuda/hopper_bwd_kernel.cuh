@@ -109,8 +109,9 @@ struct flashc_hopper_bwd_smem {
     static constexpr int DQ_BYTES = BLOCK_M * HEAD_DIM * 4;
     static constexpr int DQ_OFFSET = ROWS_OFFSET + STAGES * ROWS_BYTES;
     static constexpr int BARRIER_OFFSET = DQ_OFFSET + (DQ_IN_SMEM ? 2 * DQ_BYTES : 0);
-    /* kv_full, kv_empty, qdo_full[STAGES], qdo_empty[STAGES], dq_full[2], dq_empty[2] */
-    static constexpr int BARRIERS = 2 + 2 * STAGES + 4;
+    /* the mbarriers, in this order */
+    enum { KV_FULL = 0, KV_EMPTY = 1, QDO_FULL = 2, QDO_EMPTY = QDO_FULL + STAGES, DQ_FULL = QDO_EMPTY + STAGES,
+           DQ_EMPTY = DQ_FULL + 2, BARRIERS = DQ_EMPTY + 2 };
     /* per dQ tile: where it goes and its bytes (0: no more tiles) */
     static constexpr int DQ_SLOT_OFFSET = BARRIER_OFFSET + 8 * BARRIERS;
     static constexpr int BYTES = DQ_SLOT_OFFSET + 2 * 16 + 1024;
@@ -125,13 +126,14 @@ struct flashc_hopper_bwd_smem {
     static __device__ uint32_t ds_tile(uint32_t base, int b) { return base + DS_OFFSET + b * DS_BYTES; }
     static __device__ uint32_t pt_tile(uint32_t base, int b) { return base + PT_OFFSET + b * DS_BYTES; }
     static __device__ uint32_t rows(uint32_t base, int s) { return base + ROWS_OFFSET + s * ROWS_BYTES; }
-    static __device__ uint32_t kv_full(uint32_t base) { return base + BARRIER_OFFSET; }
-    static __device__ uint32_t kv_empty(uint32_t base) { return kv_full(base) + 8; }
-    static __device__ uint32_t qdo_full(uint32_t base, int s) { return kv_full(base) + 8 * (2 + s); }
-    static __device__ uint32_t qdo_empty(uint32_t base, int s) { return qdo_full(base, STAGES + s); }
+    static __device__ uint32_t barrier(uint32_t base, int i) { return base + BARRIER_OFFSET + 8 * i; }
+    static __device__ uint32_t kv_full(uint32_t base) { return barrier(base, KV_FULL); }
+    static __device__ uint32_t kv_empty(uint32_t base) { return barrier(base, KV_EMPTY); }
+    static __device__ uint32_t qdo_full(uint32_t base, int s) { return barrier(base, QDO_FULL + s); }
+    static __device__ uint32_t qdo_empty(uint32_t base, int s) { return barrier(base, QDO_EMPTY + s); }
+    static __device__ uint32_t dq_full(uint32_t base, int b) { return barrier(base, DQ_FULL + b); }
+    static __device__ uint32_t dq_empty(uint32_t base, int b) { return barrier(base, DQ_EMPTY + b); }
     static __device__ uint32_t dq_tile(uint32_t base, int b) { return base + DQ_OFFSET + b * DQ_BYTES; }
-    static __device__ uint32_t dq_full(uint32_t base, int b) { return qdo_full(base, 2 * STAGES + b); }
-    static __device__ uint32_t dq_empty(uint32_t base, int b) { return qdo_full(base, 2 * STAGES + 2 + b); }
     static __device__ flashc_hopper_bwd_dq_slot *dq_slot(unsigned char *smem, int b) {
         return reinterpret_cast<flashc_hopper_bwd_dq_slot *>(smem + DQ_SLOT_OFFSET) + b;
     }
@@ -522,8 +524,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                 }
             }
         }
-        /* every read of K and V for this key block has completed */
-        /* (every thread: the zeroing of rows past the sequence wrote K / V
+        /* every read of K and V for this key block has completed (every
+         * thread arrives: the zeroing of rows past the sequence wrote K / V
          * with ordinary stores) */
         if (blk.iters > 0) flashc_mbarrier_arrive(L::kv_empty(base));
 
