@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
     const int group = p.fwd.nheads / p.fwd.nheads_k;
     const int shift = seq.sk - seq.sq;
-    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, BLOCK_M);
+    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
     float *dq_accum = p.dq_accum + (p.deterministic ? (int64_t)chunk * p.dq_slice_stride : 0);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

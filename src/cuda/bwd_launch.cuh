@@ -19,9 +19,10 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     typedef flashc_bwd_config<HEAD_DIM> C;
     auto kernel = flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS, C::S_WARPS_M, C::KV_WARPS_N,
                                     C::Q_WARPS_M, C::DQ_CHUNK>;
-    /* the workspace was laid out with the tile the plan took from this
-     * configuration; anything else would read and write wrong rows */
-    if (p.tile_m != C::BLOCK_M) return cudaErrorInvalidValue;
+    /* the workspace was laid out in the plan's tiles, which this
+     * configuration's blocks must divide; anything else would read and
+     * write wrong rows */
+    if (p.tile_m % C::BLOCK_M != 0) return cudaErrorInvalidValue;
     unsigned grid;
     cudaError_t err = flashc_flat_grid(p.nchunks, p.fwd.nheads_k, p.fwd.batch, &grid);
     if (err != cudaSuccess || grid == 0) return err;

@@ -1,7 +1,7 @@
 /* Where a sequence's rows live in the backward's per-row workspace buffers
  * (bwd_workspace.h), on the device. Every kernel that reads or writes those
- * buffers goes through this one function with its own tile, and the launch
- * checks that all tiles are the main kernel's BLOCK_M. */
+ * buffers goes through this one function with the plan's tile_m (a
+ * multiple of the main kernel's BLOCK_M, which the launch checks). */
 #ifndef FLASHC_CUDA_BWD_ROWS_CUH
 #define FLASHC_CUDA_BWD_ROWS_CUH
 

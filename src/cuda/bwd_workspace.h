@@ -9,9 +9,12 @@
  * ws_rows = flashc_padded_rows(total_q, batch, tile_m): sequence b's rows
  * start at flashc_padded_row_offset(first row of b, b, tile_m) (batched
  * problems: first row b * seqlen_q), so the tile_m-row tiles of one
- * sequence never reach the next one's rows. tile_m is the main kernel's
- * BLOCK_M, taken from the configuration the plan picks, and passed to every
- * kernel that touches these buffers. */
+ * sequence never reach the next one's rows. tile_m is the largest BLOCK_M
+ * of the main kernels that may run the problem (the portable configuration
+ * the plan picks and the Hopper one of the same head dim, both powers of
+ * two, so each divides it), and is passed to every kernel that touches
+ * these buffers: the preprocess and the dQ conversion walk tile_m-row
+ * tiles, a main kernel its own BLOCK_M-row blocks inside them. */
 #ifndef FLASHC_CUDA_BWD_WORKSPACE_H
 #define FLASHC_CUDA_BWD_WORKSPACE_H
 
@@ -21,6 +24,7 @@
 #include "../core/problem.h"
 #include "../core/semantics.h"
 #include "bwd_config.h"
+#include "hopper_bwd_config.h"
 
 /* Deterministic mode: aim for about this many CTAs (two per SM of an
  * H100 / H200), each owning every nchunks-th key block of its (sequence,
@@ -33,7 +37,7 @@
 
 typedef struct flashc_bwd_plan {
     int head_dim;       /* the configuration's HEAD_DIM */
-    int tile_m;         /* its BLOCK_M */
+    int tile_m;         /* the workspace's row tile: a multiple of every main kernel's BLOCK_M */
     int block_n;        /* its BLOCK_N */
     int64_t key_blocks; /* ceil(seqlen_k / block_n), seqlen_k the bound on every sequence */
     int nchunks;        /* key-block stride per CTA (= key_blocks unless deterministic) */
@@ -51,11 +55,11 @@ static inline size_t flashc_bwd_align256(size_t n) { return (n + 255) & ~(size_t
 static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p) {
     flashc_bwd_plan plan = {0, 0, 0, 0, 1, 1};
     const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
-#define FLASHC_BWD_PICK(D, BM, BN, W, SWM, KVWN, QWM, DQC)    \
-    if (plan.head_dim == 0 && d <= D) {                        \
-        plan.head_dim = D;                                     \
-        plan.tile_m = BM;                                      \
-        plan.block_n = BN;                                     \
+#define FLASHC_BWD_PICK(D, BM, BN, W, SWM, KVWN, QWM, DQC)                                   \
+    if (plan.head_dim == 0 && d <= D) {                                                       \
+        plan.head_dim = D;                                                                    \
+        plan.tile_m = BM > flashc_hopper_bwd_block_m(D) ? BM : flashc_hopper_bwd_block_m(D);    \
+        plan.block_n = BN;                                                                    \
     }
     FLASHC_BWD_CONFIGS(FLASHC_BWD_PICK)
 #undef FLASHC_BWD_PICK

@@ -7,8 +7,10 @@
 #include "hopper_bwd.h"
 #include "hopper_host.h"
 
-/* block_n: the configuration's keys per CTA (the K / V box rows). */
-static bool make_maps(flashc_hopper_bwd_maps *m, const flashc_bwd_params *p, int is_bf16, int block_n) {
+/* block_m, block_n: the configuration's query rows per step (the Q / dO box
+ * rows) and keys per CTA (the K / V box rows). */
+static bool make_maps(flashc_hopper_bwd_maps *m, const flashc_bwd_params *p, int is_bf16, int block_m,
+                      int block_n) {
     const flashc_fwd_params *f = &p->fwd;
     const bool varlen = f->cu_seqlens_q != nullptr;
     const int batch = varlen ? 1 : f->batch;
@@ -20,10 +22,9 @@ static bool make_maps(flashc_hopper_bwd_maps *m, const flashc_bwd_params *p, int
         return false;
     memset(m, 0, sizeof *m);
     return flashc_hopper_make_map(&m->q, f->q, is_bf16, f->head_dim, rows_q, f->nheads, batch, f->q_row_stride,
-                                  f->q_head_stride, f->q_batch_stride, FLASHC_HOPPER_BWD_BLOCK_M) &&
+                                  f->q_head_stride, f->q_batch_stride, block_m) &&
            flashc_hopper_make_map(&m->dout, p->dout, is_bf16, f->head_dim_v, rows_q, f->nheads, batch,
-                                  p->do_row_stride, p->do_head_stride, p->do_batch_stride,
-                                  FLASHC_HOPPER_BWD_BLOCK_M) &&
+                                  p->do_row_stride, p->do_head_stride, p->do_batch_stride, block_m) &&
            flashc_hopper_make_map(&m->k, f->k, is_bf16, f->head_dim, rows_k, f->nheads_k, batch, f->k_row_stride,
                                   f->k_head_stride, f->k_batch_stride, block_n) &&
            flashc_hopper_make_map(&m->v, f->v, is_bf16, f->head_dim_v, rows_k, f->nheads_k, batch,
@@ -37,15 +38,15 @@ static bool forced_portable(void) {
 
 cudaError_t flashc_hopper_bwd(const flashc_bwd_params *p, void *stream, int is_bf16) {
     if (forced_portable() || !flashc_hopper_current_device()) return cudaErrorNotSupported;
-    /* the workspace was laid out with the plan's tile; this kernel walks
-     * the query rows in tiles of its own BLOCK_M */
-    if (p->tile_m != FLASHC_HOPPER_BWD_BLOCK_M) return cudaErrorNotSupported;
     const int d = p->fwd.head_dim > p->fwd.head_dim_v ? p->fwd.head_dim : p->fwd.head_dim_v;
     flashc_hopper_bwd_maps maps;
-#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_N, DQ_BULK)                \
-    if (d <= HEAD_DIM) {                                                      \
-        if (!make_maps(&maps, p, is_bf16, BLOCK_N)) return cudaErrorNotSupported; \
-        return flashc_hopper_bwd_run_hdim##HEAD_DIM(p, &maps, stream, is_bf16); \
+    /* the workspace was laid out in the plan's tiles; this kernel walks
+     * the query rows in blocks of its own BLOCK_M, which must divide them */
+#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK, OWN_DQ)                                  \
+    if (d <= HEAD_DIM) {                                                                                 \
+        if (p->tile_m % BLOCK_M != 0 || !make_maps(&maps, p, is_bf16, BLOCK_M, BLOCK_N))                 \
+            return cudaErrorNotSupported;                                                                \
+        return flashc_hopper_bwd_run_hdim##HEAD_DIM(p, &maps, stream, is_bf16);                           \
     }
     FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_TRY_CONFIG)
 #undef FLASHC_HOPPER_BWD_TRY_CONFIG

@@ -16,7 +16,7 @@ typedef struct flashc_hopper_bwd_maps {
     CUtensorMap q, k, v, dout;
 } flashc_hopper_bwd_maps;
 
-#define FLASHC_HOPPER_BWD_DECLARE_RUN(HEAD_DIM, BLOCK_N, DQ_BULK)                                                \
+#define FLASHC_HOPPER_BWD_DECLARE_RUN(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK, OWN_DQ)                                       \
     cudaError_t flashc_hopper_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, const flashc_hopper_bwd_maps *m, \
                                                      void *stream, int is_bf16);
 FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DECLARE_RUN)
@@ -24,7 +24,8 @@ FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DECLARE_RUN)
 
 /* Runs the backward's main kernel on the Hopper path when it applies: the
  * current device is compute capability 9.0, max(d, dv) <= 256, the
- * workspace tile is FLASHC_HOPPER_BWD_BLOCK_M, the tensors suit TMA, and
+ * workspace tile is a multiple of the configuration's BLOCK_M, the tensors
+ * suit TMA, and
  * the environment variable FLASHC_CUDA_BACKWARD is not "portable" (which
  * tests use to reach the portable kernel on a Hopper GPU). Returns
  * cudaErrorNotSupported, having done nothing, when it does not apply. */

@@ -4,7 +4,7 @@
  *
  * One CTA owns BLOCK_N keys of one (sequence, kv head), with K and V in
  * shared memory and dK, dV in registers, and walks every query head of the
- * kv head's group and every BLOCK_M = 64-row query block that sees its
+ * kv head's group and every BLOCK_M-row query block that sees its
  * keys, in three warpgroups:
  *   - warpgroup 0, the producer: one lane issues every copy: K and V once
  *     per key block, then Q, dO and their LSE2 / D rows into a two-stage
@@ -23,8 +23,9 @@
  *       dS^T -> shared memory, both warpgroups' parts, then
  *       dQ = dS K                           SS wgmma, dS^T read as an
  *                                           MN-major A, K as an MN-major B;
- *                                           warpgroup w computes dQ columns
- *                                           [w HEAD_DIM / 2, (w + 1) HEAD_DIM / 2)
+ *                                           each warpgroup half of the
+ *                                           columns (BLOCK_M = 64) or of the
+ *                                           queries (BLOCK_M = 128)
  *       dQ added into the float32 accumulator (atomics; deterministic:
  *       this CTA's own slice, every element added by one thread in a
  *       fixed order)
@@ -40,6 +41,8 @@
 
 #include <math.h>
 
+#include <type_traits>
+
 #include "../core/semantics.h"
 #include "bwd_kernel.cuh"
 #include "bwd_params.h"
@@ -53,26 +56,41 @@
 #include "hopper_bwd_scores.cuh"
 #include "hopper_ptx.cuh"
 
-/* Named barriers over the 256 consumer threads (0 is __syncthreads). */
-enum { FLASHC_HOPPER_BWD_BAR_ZEROED = 1, FLASHC_HOPPER_BWD_BAR_DS_READY = 2 };
+/* Named barriers (0 is __syncthreads): ZEROED and DS_READY over the 256
+ * consumer threads, OWN_DS_READY + w over consumer warpgroup w's 128. */
+enum { FLASHC_HOPPER_BWD_BAR_ZEROED = 1, FLASHC_HOPPER_BWD_BAR_DS_READY = 2, FLASHC_HOPPER_BWD_BAR_OWN_DS_READY = 3 };
 #define FLASHC_HOPPER_BWD_CONSUMER_THREADS (128 * FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS)
 
 /* How the two consumer warpgroups share a CTA's work (hopper_bwd_config.h). */
-template <int HEAD_DIM, int BLOCK_N>
+template <int HEAD_DIM, int BLOCK_N, bool OWN_DQ>
 struct flashc_hopper_bwd_split {
-    static_assert(BLOCK_N == 128 || (BLOCK_N == 64 && HEAD_DIM == 256), "compiled splits");
-    static constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
+    static constexpr int BLOCK_M = flashc_hopper_bwd_block_m(HEAD_DIM);
+    static_assert((BLOCK_N == 128 && (BLOCK_M == 64 || (BLOCK_M == 128 && HEAD_DIM == 64))) ||
+                      (BLOCK_N == 64 && BLOCK_M == 64 && HEAD_DIM == 256),
+                  "compiled splits");
     /* BLOCK_N = 64: the warpgroups split the queries of S^T / dP^T and the
      * columns of dK / dV; P^T goes through shared memory */
     static constexpr bool BY_QUERIES = BLOCK_N == 64;
     static constexpr int S_COLS = BY_QUERIES ? BLOCK_M / 2 : BLOCK_M;    /* queries of a warpgroup's S^T */
     static constexpr int KV_COLS = BY_QUERIES ? HEAD_DIM / 2 : HEAD_DIM; /* columns of its dK, dV */
-    static constexpr int DQ_COLS = HEAD_DIM / 2;                         /* columns of its dQ */
+    /* dQ: with OWN_DQ each warpgroup multiplies over its own 64 keys (all
+     * queries and columns: no barrier between the warpgroups, which
+     * drift apart, at the price of twice the additions); else over all
+     * BLOCK_N keys, with BLOCK_M = 128 half of the queries each (all
+     * columns), else half of the columns */
+    static_assert(!OWN_DQ || (!BY_QUERIES && BLOCK_M == 64 && !flashc_hopper_bwd_dq_bulk(HEAD_DIM)),
+                  "own dQ: key-split warpgroups, 64 queries, dQ added by the consumers");
+    static constexpr bool DQ_BY_QUERIES = BLOCK_M == 128;
+    static constexpr int DQ_KEYS = OWN_DQ ? 64 : BLOCK_N;                               /* keys of its dQ */
+    static constexpr int DQ_COLS = OWN_DQ || DQ_BY_QUERIES ? HEAD_DIM : HEAD_DIM / 2; /* columns of its dQ */
     /* the warpgroup's first key (of the block), query (of the query block),
-     * dK / dV column */
+     * dK / dV column, dQ key, query and column */
     static __device__ int key0(int warpgroup) { return BY_QUERIES ? 0 : 64 * warpgroup; }
     static __device__ int query0(int warpgroup) { return BY_QUERIES ? S_COLS * warpgroup : 0; }
     static __device__ int kv_col0(int warpgroup) { return BY_QUERIES ? KV_COLS * warpgroup : 0; }
+    static __device__ int dq_key0(int warpgroup) { return OWN_DQ ? 64 * warpgroup : 0; }
+    static __device__ int dq_query0(int warpgroup) { return DQ_BY_QUERIES ? 64 * warpgroup : 0; }
+    static __device__ int dq_col0(int warpgroup) { return OWN_DQ || DQ_BY_QUERIES ? 0 : DQ_COLS * warpgroup; }
 };
 
 /* A dQ tile's destination, for the reducer (flashc_hopper_bwd_reduce_dq). */
@@ -84,16 +102,16 @@ typedef struct flashc_hopper_bwd_dq_slot {
 /* Shared memory, every tile 1024-byte aligned (plus slack to align the
  * base). K, V, Q, dO: HEAD_DIM / 64 column blocks of [rows x 128 bytes],
  * 128-byte swizzle (as TMA writes them). dS^T (and at BLOCK_N = 64 Pd^T):
- * BLOCK_N key rows of the BLOCK_M = 64 queries (one 128-byte row each),
- * same swizzle, two buffers so one named barrier per query block orders
- * writes after reads. dQ (with DQ_BULK): two float32
+ * BLOCK_M / 64 column blocks of [BLOCK_N key rows x 64 queries] (one
+ * 128-byte row each), same swizzle, two buffers so one named barrier per
+ * query block orders writes after reads. dQ (with DQ_BULK): two float32
  * tiles [BLOCK_M rows x HEAD_DIM], rows as in the accumulator, each added
  * to it by one bulk reduction. */
 template <int HEAD_DIM, int BLOCK_N_>
 struct flashc_hopper_bwd_smem {
-    static constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M, BLOCK_N = BLOCK_N_;
+    static constexpr int BLOCK_M = flashc_hopper_bwd_block_m(HEAD_DIM), BLOCK_N = BLOCK_N_;
     static constexpr int STAGES = FLASHC_HOPPER_BWD_STAGES;
-    static constexpr bool PT_IN_SMEM = flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N>::BY_QUERIES;
+    static constexpr bool PT_IN_SMEM = flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N, false>::BY_QUERIES;
     static constexpr int KV_BYTES = BLOCK_N * HEAD_DIM * 2;
     static constexpr int QO_BYTES = BLOCK_M * HEAD_DIM * 2;
     static constexpr int DS_BYTES = BLOCK_N * BLOCK_M * 2;
@@ -115,7 +133,7 @@ struct flashc_hopper_bwd_smem {
     /* per dQ tile: where it goes and its bytes (0: no more tiles) */
     static constexpr int DQ_SLOT_OFFSET = BARRIER_OFFSET + 8 * BARRIERS;
     static constexpr int BYTES = DQ_SLOT_OFFSET + 2 * 16 + 1024;
-    static_assert(BLOCK_M == 64, "dS^T rows are one 128-byte swizzle row of queries");
+    static_assert(BLOCK_M % 64 == 0, "dS^T: column blocks of 64 queries");
     static_assert(BYTES <= 227 * 1024, "shared memory of one CTA");
 
     /* Shared addresses, from the 1024-aligned base. */
@@ -152,11 +170,10 @@ typedef struct flashc_hopper_bwd_block {
     int iters;             /* group * m_count */
 } flashc_hopper_bwd_block;
 
-template <int BLOCK_N>
+template <int BLOCK_M, int BLOCK_N>
 static __device__ __forceinline__ flashc_hopper_bwd_block flashc_hopper_bwd_block_of(const flashc_fwd_params &p,
                                                                                      const flashc_fwd_seq &seq,
                                                                                      int n_block, int group) {
-    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
     flashc_hopper_bwd_block b;
     b.n0 = n_block * BLOCK_N;
     b.keys = min(BLOCK_N, seq.sk - b.n0);
@@ -168,13 +185,27 @@ static __device__ __forceinline__ flashc_hopper_bwd_block flashc_hopper_bwd_bloc
     return b;
 }
 
-/* Iteration it of a key block: its query head and first query row. */
-static __device__ __forceinline__ int flashc_hopper_bwd_head(const flashc_hopper_bwd_block &blk, int it, int head_k,
-                                                             int group) {
-    return head_k * group + it / blk.m_count;
+/* The walk over a key block's list: iteration it is query head
+ * head_k * group + it / m_count, query block m_first + it % m_count, kept
+ * as two counters (no division per step). */
+typedef struct flashc_hopper_bwd_cursor {
+    int head, m_block;
+} flashc_hopper_bwd_cursor;
+
+static __device__ __forceinline__ flashc_hopper_bwd_cursor flashc_hopper_bwd_walk(const flashc_hopper_bwd_block &blk,
+                                                                                  int head_k, int group) {
+    flashc_hopper_bwd_cursor c;
+    c.head = head_k * group;
+    c.m_block = blk.m_first;
+    return c;
 }
-static __device__ __forceinline__ int flashc_hopper_bwd_m0(const flashc_hopper_bwd_block &blk, int it) {
-    return (blk.m_first + it % blk.m_count) * FLASHC_HOPPER_BWD_BLOCK_M;
+
+static __device__ __forceinline__ void flashc_hopper_bwd_advance(flashc_hopper_bwd_cursor &c,
+                                                                 const flashc_hopper_bwd_block &blk) {
+    if (++c.m_block == blk.m_first + blk.m_count) {
+        c.m_block = blk.m_first;
+        ++c.head;
+    }
 }
 
 /* The producer: one thread issues, per key block that any query sees, K
@@ -190,10 +221,10 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
     const int group = p.fwd.nheads / p.fwd.nheads_k;
     /* varlen maps have one batch entry and count rows in the packed tensor */
     const int map_batch = p.fwd.cu_seqlens_q ? 0 : batch;
-    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, BLOCK_M);
+    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
     int loaded = 0, step = 0;
     for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
-        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_N>(p.fwd, seq, n_block, group);
+        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, group);
         if (blk.iters == 0) continue;
         flashc_mbarrier_wait(L::kv_empty(base), (loaded & 1) ^ 1);
         flashc_mbarrier_expect_bytes(L::kv_full(base), 2 * L::KV_BYTES);
@@ -206,11 +237,12 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
                                L::kv_full(base));
         }
         ++loaded;
-        for (int it = 0; it < blk.iters; ++it, ++step) {
+        flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, head_k, group);
+        for (int it = 0; it < blk.iters; ++it, ++step, flashc_hopper_bwd_advance(at, blk)) {
             const int s = step % L::STAGES;
             const uint32_t phase = (uint32_t)(step / L::STAGES) & 1;
-            const int head = flashc_hopper_bwd_head(blk, it, head_k, group);
-            const int m0 = flashc_hopper_bwd_m0(blk, it);
+            const int head = at.head;
+            const int m0 = at.m_block * BLOCK_M;
             const int q_row = (int)(seq.q_start + m0);
             flashc_mbarrier_wait(L::qdo_empty(base, s), phase ^ 1);
             flashc_mbarrier_expect_bytes(L::qdo_full(base, s), 2 * L::QO_BYTES + L::ROWS_BYTES);
@@ -291,54 +323,60 @@ static __device__ void flashc_hopper_bwd_zero_rows(unsigned char *tile, int firs
 }
 
 /* Make the consumers' ordinary shared-memory writes visible to wgmma, then
- * wait for both consumer warpgroups. */
-static __device__ __forceinline__ void flashc_hopper_bwd_publish(int barrier) {
+ * wait for both consumer warpgroups (or for the `threads` of one). */
+static __device__ __forceinline__ void flashc_hopper_bwd_publish(int barrier,
+                                                                 int threads = FLASHC_HOPPER_BWD_CONSUMER_THREADS) {
     flashc_fence_proxy_async();
-    flashc_named_barrier(barrier, FLASHC_HOPPER_BWD_CONSUMER_THREADS);
+    flashc_named_barrier(barrier, threads);
 }
 
 /* acc (keys x N columns) += A B with A = Pd^T or dS^T from shared memory
- * (BLOCK_N = 64 key rows of the 64 queries, K-major) and B = the N columns
+ * (BLOCK_N = 64 key rows of the BLOCK_M = 64 queries, K-major) and B = the N columns
  * of dO or Q from queries_addr on (the column block of the warpgroup's
  * first column; MN-major, 16 query rows per k-step, column blocks
  * BLOCK_M * 128 bytes apart). One batch, committed. The key-split
  * configurations use flashc_wgmma_rs_batch instead, A from registers. */
-template <typename T, int N>
+template <typename T, int N, int BLOCK_M>
 static __device__ __forceinline__ void flashc_hopper_bwd_issue_key_grad_ss(float *acc, uint32_t scores_addr,
                                                                            uint32_t queries_addr) {
-    constexpr int BLOCK_M = FLASHC_HOPPER_BWD_BLOCK_M;
+    static_assert(BLOCK_M == 64, "A: one 128-byte row of queries per key");
+    const uint64_t desc_a0 = flashc_wgmma_desc(scores_addr, 16);
+    const uint64_t desc_b0 = flashc_wgmma_desc(queries_addr, BLOCK_M * 128);
     flashc_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BLOCK_M / 16; ++ks)
-        flashc_wgmma_ss_bmn<T, N, 0>(acc, flashc_wgmma_desc(scores_addr + ks * 32, 16),
-                                     flashc_wgmma_desc(queries_addr + ks * 16 * 128, BLOCK_M * 128), 1);
+        flashc_wgmma_ss_bmn<T, N, 0>(acc, flashc_wgmma_desc_add(desc_a0, ks * 32),
+                                     flashc_wgmma_desc_add(desc_b0, ks * 16 * 128), 1);
     flashc_wgmma_commit();
 }
 
-/* dQ columns [col0, col0 + HEAD_DIM / 2) = dS K over the BLOCK_N keys:
- * A = dS^T in shared memory (key rows of 64 queries: MN-major, one
- * 64-query column block), B = K as stored (key rows, MN-major; the
- * columns start inside column block col0 / 64, blocks BLOCK_N * 128 bytes
- * apart); 16 key rows (2048 bytes) per k-step. One batch, committed. */
-template <typename T, int HEAD_DIM, int BLOCK_N>
+/* dQ of 64 queries, columns [col0, col0 + N) = dS K over KEYS keys:
+ * A = dS^T in shared memory (key rows of the queries' 64-query column
+ * block from the first key's row at ds_addr: MN-major), B = K as stored
+ * (key rows from the first key's row at k_addr, MN-major; the columns
+ * start inside column block col0 / 64, blocks BLOCK_N * 128 bytes apart);
+ * 16 key rows (2048 bytes) per k-step. One batch, committed. */
+template <typename T, int N, int KEYS, int BLOCK_N>
 static __device__ __forceinline__ void flashc_hopper_bwd_issue_dq(float *acc, uint32_t ds_addr, uint32_t k_addr,
                                                                   int col0) {
-    const uint32_t b_addr = k_addr + (col0 / 64) * BLOCK_N * 128 + (col0 % 64) * 2;
+    const uint64_t desc_a0 = flashc_wgmma_desc(ds_addr, BLOCK_N * 128);
+    const uint64_t desc_b0 = flashc_wgmma_desc(k_addr + (col0 / 64) * BLOCK_N * 128 + (col0 % 64) * 2, BLOCK_N * 128);
     flashc_wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < BLOCK_N / 16; ++ks)
-        flashc_wgmma_ss_bmn<T, HEAD_DIM / 2, 1>(acc, flashc_wgmma_desc(ds_addr + ks * 2048, BLOCK_N * 128),
-                                                flashc_wgmma_desc(b_addr + ks * 2048, BLOCK_N * 128), ks > 0);
+    for (int ks = 0; ks < KEYS / 16; ++ks)
+        flashc_wgmma_ss_bmn<T, N, 1>(acc, flashc_wgmma_desc_add(desc_a0, ks * 2048),
+                                     flashc_wgmma_desc_add(desc_b0, ks * 2048), ks > 0);
     flashc_wgmma_commit();
 }
 
 /* Store this warp's 16 x (16 KSTEPS) slice of a transposed score tile
  * (16-bit fragments, the A layout of the RS wgmma) into its shared tile
- * (key rows of the 64 queries), from query query0 (a multiple of 8) on:
- * fragment register r of k-step ks is key row g + 8 (r % 2), queries
- * query0 + 16 ks + 8 (r / 2) + 2 (lane % 4) + {0, 1}, i.e. 16-byte chunk
- * query0 / 8 + 2 ks + r / 2 of the row, swizzled by the row. */
-template <int KSTEPS>
+ * (column blocks of KEY_ROWS key rows x 64 queries), from query query0 (a
+ * multiple of 8) on: fragment register r of k-step ks is key row
+ * g + 8 (r % 2), queries query0 + 16 ks + 8 (r / 2) + 2 (lane % 4) + {0, 1},
+ * i.e. 16-byte chunk c = query0 / 8 + 2 ks + r / 2 of the queries: chunk
+ * c % 8 of the row in column block c / 8, swizzled by the row. */
+template <int KEY_ROWS, int KSTEPS>
 static __device__ __forceinline__ void flashc_hopper_bwd_store_scores(unsigned char *tile, int key_row0, int query0,
                                                                       int lane, const uint32_t (&frag)[KSTEPS][4]) {
 #pragma unroll
@@ -346,41 +384,48 @@ static __device__ __forceinline__ void flashc_hopper_bwd_store_scores(unsigned c
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const int row = key_row0 + lane / 4 + 8 * (r % 2);
-            const int chunk = (query0 / 8 + 2 * ks + r / 2) ^ (row % 8);
-            *reinterpret_cast<uint32_t *>(tile + row * 128 + chunk * 16 + 4 * (lane % 4)) = frag[ks][r];
+            const int c = query0 / 8 + 2 * ks + r / 2;
+            const int block = KSTEPS > 4 ? c / 8 : 0; /* <= 4 k-steps: callers stay in one block */
+            *reinterpret_cast<uint32_t *>(tile + block * KEY_ROWS * 128 + row * 128 + ((c % 8) ^ (row % 8)) * 16 +
+                                          4 * (lane % 4)) = frag[ks][r];
         }
 }
 
 /* A consumer warpgroup: its share (flashc_hopper_bwd_split) of every key
- * block of this CTA. GENERAL: softcap or dropout (hopper_bwd_scores.cuh). */
-template <typename T, int HEAD_DIM, int BLOCK_N_, bool GENERAL>
+ * block of this CTA. GENERAL: softcap or dropout (hopper_bwd_scores.cuh);
+ * OWN_DQ: dQ of its own keys (not in deterministic mode). */
+template <typename T, int HEAD_DIM, int BLOCK_N_, bool GENERAL, bool OWN_DQ>
 static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
                                                                  int chunk, int warpgroup, int warp_in_group,
                                                                  int lane, unsigned char *smem, uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
-    typedef flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N_> W;
+    typedef flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N_, OWN_DQ> W;
     constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
     constexpr int Q_ATOMS = W::S_COLS / 8;       /* column atoms of S^T, dP^T */
     constexpr int D_ATOMS = W::KV_COLS / 8;      /* column atoms of dK, dV */
     constexpr int DQ_COLS = W::DQ_COLS;
     constexpr int DQ_ATOMS = DQ_COLS / 8;
+    static_assert(Q_ATOMS * 4 <= 64, "dropout: one keep bit per element of the thread's slice");
+    typedef typename std::conditional<Q_ATOMS * 4 <= 32, uint32_t, uint64_t>::type keep_bits;
     const int group = p.fwd.nheads / p.fwd.nheads_k;
     const int shift = seq.sk - seq.sq;
     const int consumer_thread = threadIdx.x - 128;
-    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, BLOCK_M);
+    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
     float *dq_accum = p.dq_accum + (p.deterministic ? (int64_t)chunk * p.dq_slice_stride : 0);
     const int wg_key0 = W::key0(warpgroup);                 /* this warpgroup's first key in the block */
     const int warp_key0 = wg_key0 + 16 * warp_in_group;     /* this warp's first key in the block */
     const int wg_query0 = W::query0(warpgroup);             /* its first query of S^T in the query block */
     const int kv_col0 = W::kv_col0(warpgroup);              /* its first dK / dV column */
-    const int dq_col0 = warpgroup * DQ_COLS;
+    const int dq_key0 = W::dq_key0(warpgroup);              /* its first dQ key in the block */
+    const int dq_query0 = W::dq_query0(warpgroup);          /* its first dQ query of the query block */
+    const int dq_col0 = W::dq_col0(warpgroup);              /* its first dQ column */
     const bool dq_via_smem = L::dq_via_smem(p);
     const uint32_t k_addr = L::k_tile(base), v_addr = L::v_tile(base);
 
     int loaded = 0, step = 0;
     for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
-        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_N>(p.fwd, seq, n_block, group);
+        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, group);
         float acc_dk[1][D_ATOMS][4], acc_dv[1][D_ATOMS][4];
         flashc_zero_acc(acc_dk);
         flashc_zero_acc(acc_dv);
@@ -399,10 +444,11 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
         pos.shift = shift;
         pos.sk = seq.sk;
 
-        for (int it = 0; it < blk.iters; ++it, ++step) {
+        flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, head_k, group);
+        for (int it = 0; it < blk.iters; ++it, ++step, flashc_hopper_bwd_advance(at, blk)) {
             const int s = step % L::STAGES;
-            const int head = flashc_hopper_bwd_head(blk, it, head_k, group);
-            const int m0 = flashc_hopper_bwd_m0(blk, it);
+            const int head = at.head;
+            const int m0 = at.m_block * BLOCK_M;
             const int rows = min(BLOCK_M, seq.sq - m0);
             flashc_mbarrier_wait(L::qdo_full(base, s), (uint32_t)(step / L::STAGES) & 1);
             if (rows < BLOCK_M) { /* uniform over the consumers */
@@ -432,15 +478,21 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                 const float *dsum = lse2 + BLOCK_M;
                 const int col0 = wg_query0 + 2 * (lane % 4);
                 if (GENERAL) {
-                    const uint32_t keep = p.fwd.dropout_threshold
-                                              ? flashc_hopper_bwd_keep_bits<Q_ATOMS>(p.fwd, pos, batch, head)
-                                              : ~0u;
+                    const keep_bits keep = p.fwd.dropout_threshold
+                                               ? flashc_hopper_bwd_keep_bits<keep_bits, Q_ATOMS>(p.fwd, pos, batch,
+                                                                                                 head)
+                                               : ~(keep_bits)0;
                     flashc_wgmma_wait<0>();
                     flashc_fence_registers<W::S_COLS / 2>(&acc_dp[0][0][0]);
-                    flashc_hopper_bwd_scores_general<Q_ATOMS>(acc_s, acc_dp, lse2, dsum, col0, p.fwd, pos, masked,
+                    flashc_hopper_bwd_scores_general<keep_bits, Q_ATOMS>(acc_s, acc_dp, lse2, dsum, col0, p.fwd, pos, masked,
                                                               alibi_slope_log2, keep);
                 } else {
-                    flashc_hopper_bwd_probs<Q_ATOMS>(acc_s, lse2, col0, p.fwd, pos, masked, alibi_slope_log2);
+                    if (masked || alibi_slope_log2 != 0.0f) /* uniform over the warpgroup */
+                        flashc_hopper_bwd_probs<Q_ATOMS, true>(acc_s, lse2, col0, p.fwd, pos, masked,
+                                                               alibi_slope_log2);
+                    else
+                        flashc_hopper_bwd_probs<Q_ATOMS, false>(acc_s, lse2, col0, p.fwd, pos, masked,
+                                                                alibi_slope_log2);
                     flashc_wgmma_wait<0>();
                     flashc_fence_registers<W::S_COLS / 2>(&acc_dp[0][0][0]);
                     flashc_hopper_bwd_dscores<Q_ATOMS>(acc_s, acc_dp, dsum, col0);
@@ -453,31 +505,36 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             /* dS^T (and Pd^T when the warpgroups split the queries) to
              * shared memory; with key-split warpgroups dV and dK start
              * meanwhile from the registers. Then the barrier: both parts
-             * written. Also: both warpgroups finished every product of the
+             * written (OWN_DQ: this warpgroup's part, the only one it
+             * reads). Also: both warpgroups finished every product of the
              * previous query block (each waited for them before arriving
              * here), so buffer step % 2 is not reread while the next block
              * writes the other one. */
-            flashc_hopper_bwd_store_scores(smem + L::DS_OFFSET + (step % 2) * L::DS_BYTES, warp_key0, wg_query0, lane,
-                                           ds_frag[0]);
+            flashc_hopper_bwd_store_scores<BLOCK_N>(smem + L::DS_OFFSET + (step % 2) * L::DS_BYTES, warp_key0,
+                                                    wg_query0, lane, ds_frag[0]);
             if constexpr (W::BY_QUERIES) {
-                flashc_hopper_bwd_store_scores(smem + L::PT_OFFSET + (step % 2) * L::DS_BYTES, warp_key0, wg_query0,
-                                               lane, p_frag[0]);
+                flashc_hopper_bwd_store_scores<BLOCK_N>(smem + L::PT_OFFSET + (step % 2) * L::DS_BYTES, warp_key0,
+                                                        wg_query0, lane, p_frag[0]);
                 flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
                 const uint32_t col_block = (kv_col0 / 64) * BLOCK_M * 128;
-                flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS>(&acc_dv[0][0][0], L::pt_tile(base, step % 2),
+                flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS, BLOCK_M>(&acc_dv[0][0][0], L::pt_tile(base, step % 2),
                                                                    L::do_tile(base, s) + col_block);
-                flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS>(&acc_dk[0][0][0], L::ds_tile(base, step % 2),
+                flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS, BLOCK_M>(&acc_dk[0][0][0], L::ds_tile(base, step % 2),
                                                                    L::q_tile(base, s) + col_block);
             } else {
                 /* dV += Pd^T dO, dK += dS^T Q */
                 flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_M>(&acc_dv[0][0][0], p_frag[0], L::do_tile(base, s));
                 flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_M>(&acc_dk[0][0][0], ds_frag[0], L::q_tile(base, s));
-                flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
+                if (OWN_DQ)
+                    flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_OWN_DS_READY + warpgroup, 128);
+                else
+                    flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
             }
 
             float acc_dq[1][DQ_ATOMS][4];
-            flashc_hopper_bwd_issue_dq<T, HEAD_DIM, BLOCK_N>(&acc_dq[0][0][0], L::ds_tile(base, step % 2), k_addr,
-                                                             dq_col0);
+            flashc_hopper_bwd_issue_dq<T, DQ_COLS, W::DQ_KEYS, BLOCK_N>(
+                &acc_dq[0][0][0], L::ds_tile(base, step % 2) + (dq_query0 / 64) * BLOCK_N * 128 + dq_key0 * 128,
+                k_addr + dq_key0 * 128, dq_col0);
             flashc_wgmma_wait<0>();
             flashc_fence_registers<DQ_COLS / 2>(&acc_dq[0][0][0]);
             flashc_fence_registers<W::KV_COLS / 2>(&acc_dv[0][0][0]);
@@ -498,7 +555,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                     (uint32_t)(rows * HEAD_DIM * 4), [&](float *tile) {
 #pragma unroll
                         for (int half = 0; half < 2; ++half) {
-                            const int row = 16 * warp_in_group + 8 * half + lane / 4;
+                            const int row = dq_query0 + 16 * warp_in_group + 8 * half + lane / 4;
 #pragma unroll
                             for (int j = 0; j < DQ_ATOMS; ++j)
                                 *reinterpret_cast<float2 *>(tile + row * HEAD_DIM + dq_col0 + 8 * j +
@@ -507,20 +564,26 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                         }
                     });
             } else {
-                /* added here: rows of the block inside the sequence,
-                 * columns inside d */
+                /* added here, four columns per reduction: the lanes of a
+                 * pair (lane, lane ^ 1) hold columns c .. c + 3 of rows g
+                 * and g + 8 between them; they swap halves so that the
+                 * even lane adds row g's four and the odd lane row
+                 * g + 8's. Rows of the block inside the sequence, columns
+                 * inside d (a multiple of 8: four columns are all inside
+                 * or all outside). */
                 float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
+                const int odd = lane & 1;
+                const int row = dq_query0 + 16 * warp_in_group + 8 * odd + lane / 4;
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int row = 16 * warp_in_group + 8 * half + lane / 4;
-                    if (row >= rows) continue;
-#pragma unroll
-                    for (int j = 0; j < DQ_ATOMS; ++j) {
-                        const int col = dq_col0 + 8 * j + 2 * (lane % 4);
-                        if (col >= p.fwd.head_dim) continue; /* head_dim is even: col + 1 is inside too */
-                        flashc_red_add_f32x2(dq_rows + (int64_t)row * p.fwd.head_dim + col, acc_dq[0][j][2 * half],
-                                             acc_dq[0][j][2 * half + 1]);
-                    }
+                for (int j = 0; j < DQ_ATOMS; ++j) {
+                    const float *a = acc_dq[0][j];
+                    const float give0 = odd ? a[0] : a[2], give1 = odd ? a[1] : a[3];
+                    const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
+                    const float got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+                    const int col = dq_col0 + 8 * j + 4 * ((lane % 4) / 2);
+                    if (row < rows && col < p.fwd.head_dim)
+                        flashc_red_add_f32x4(dq_rows + (int64_t)row * p.fwd.head_dim + col, odd ? got0 : a[0],
+                                             odd ? got1 : a[1], odd ? a[2] : got0, odd ? a[3] : got1);
                 }
             }
         }
@@ -557,7 +620,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                                                           [](float *) {});
 }
 
-template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL>
+template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL, bool OWN_DQ>
 __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     flashc_hopper_bwd_kernel(const __grid_constant__ flashc_hopper_bwd_maps maps, const flashc_bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -597,7 +660,7 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
             flashc_hopper_bwd_reduce_dq<HEAD_DIM, BLOCK_N>(p.deterministic, smem_raw + (base - raw_addr), base);
     } else {
         flashc_setmaxnreg_inc<FLASHC_HOPPER_BWD_CONSUMER_REGISTERS>();
-        flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,
+        flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL, OWN_DQ>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,
                                                         threadIdx.x % 32, smem_raw + (base - raw_addr), base);
     }
 #else

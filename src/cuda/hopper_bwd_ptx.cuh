@@ -41,10 +41,11 @@ static __device__ __forceinline__ void flashc_bulk_wait_all(void) {
         asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
-/* *addr += a, addr[1] += b: one vector reduction (no return value, so no
- * round trip; address 8-byte aligned). */
-static __device__ __forceinline__ void flashc_red_add_f32x2(float *addr, float a, float b) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
+/* addr[0 .. 3] += a, b, c, d: one vector reduction (address 16-byte
+ * aligned). */
+static __device__ __forceinline__ void flashc_red_add_f32x4(float *addr, float a, float b, float c, float d) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
 }
 
 /* m64nNk16 with B MN-major (read from a [K rows x N columns] tile) and A

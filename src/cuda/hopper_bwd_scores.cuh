@@ -61,8 +61,12 @@ static __device__ __forceinline__ void flashc_hopper_bwd_window(const flashc_fwd
 /* Plain variant (no softcap, no dropout), first half: S^T -> P^T, run
  * while dP^T is still on the tensor cores. lse2: the query block's LSE *
  * log2 e rows in shared memory, indexed by the query's column in the
- * block; col0 = 2 (lane % 4). */
-template <int Q_ATOMS>
+ * block; col0 = 2 (lane % 4). RULES = false: the tile needs no mask and
+ * has no ALiBi (the caller checked), so an element is one multiply-add
+ * and one exponential; the compiler would otherwise predicate the mask
+ * and ALiBi work of every element rather than skip it, and the scores
+ * would issue several times the instructions. */
+template <int Q_ATOMS, bool RULES>
 static __device__ __forceinline__ void flashc_hopper_bwd_probs(float (&s)[1][Q_ATOMS][4], const float *lse2, int col0,
                                                                const flashc_fwd_params &p, flashc_hopper_bwd_pos pos,
                                                                bool masked, float alibi_slope_log2) {
@@ -71,6 +75,13 @@ static __device__ __forceinline__ void flashc_hopper_bwd_probs(float (&s)[1][Q_A
         const float2 lse2_pair = *reinterpret_cast<const float2 *>(lse2 + col0 + 8 * j);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
+            const float row_lse2 = e ? lse2_pair.y : lse2_pair.x;
+            if (!RULES) {
+#pragma unroll
+                for (int half = 0; half < 2; ++half)
+                    s[0][j][2 * half + e] = flashc_exp2(s[0][j][2 * half + e] * p.scale_log2 - row_lse2);
+                continue;
+            }
             const int query = pos.query0 + 8 * j + e;
             int lo, hi;
             flashc_hopper_bwd_window(p, query, pos.shift, pos.sk, &lo, &hi);
@@ -80,7 +91,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_probs(float (&s)[1][Q_A
                 const bool hidden = masked && (key < lo || key >= hi);
                 const float logit = flashc_hopper_bwd_logit<false>(s[0][j][2 * half + e], p, query, key, pos.shift,
                                                                    hidden, alibi_slope_log2, nullptr);
-                s[0][j][2 * half + e] = flashc_exp2(logit - (e ? lse2_pair.y : lse2_pair.x));
+                s[0][j][2 * half + e] = flashc_exp2(logit - row_lse2);
             }
         }
     }
@@ -102,13 +113,13 @@ static __device__ __forceinline__ void flashc_hopper_bwd_dscores(const float (&p
 
 /* Dropout replay: bit 4 j + 2 half + e set where element (j, half, e) is
  * kept (the forward's Philox words: one call per query and group of four
- * keys, of which this thread holds one). */
-template <int Q_ATOMS>
-static __device__ __forceinline__ uint32_t flashc_hopper_bwd_keep_bits(const flashc_fwd_params &p,
-                                                                       flashc_hopper_bwd_pos pos, int batch,
-                                                                       int head) {
-    static_assert(Q_ATOMS * 4 <= 32, "one bit per element of the thread's slice");
-    uint32_t bits = 0;
+ * keys, of which this thread holds one). Bits: an unsigned type of at
+ * least 4 Q_ATOMS bits. */
+template <typename Bits, int Q_ATOMS>
+static __device__ __forceinline__ Bits flashc_hopper_bwd_keep_bits(const flashc_fwd_params &p,
+                                                                   flashc_hopper_bwd_pos pos, int batch, int head) {
+    static_assert(Q_ATOMS * 4 <= (int)sizeof(Bits) * 8, "one bit per element of the thread's slice");
+    Bits bits = 0;
 #pragma unroll
     for (int j = 0; j < Q_ATOMS; ++j)
 #pragma unroll
@@ -118,7 +129,7 @@ static __device__ __forceinline__ uint32_t flashc_hopper_bwd_keep_bits(const fla
                 const int query = pos.query0 + 8 * j + e, key = pos.key0 + 8 * half;
                 const flashc_philox_u32x4 w =
                     flashc_dropout_words(p.dropout_seed, p.dropout_offset, batch, p.nheads, head, query, key);
-                if (flashc_dropout_word_for_col(w, key) >= p.dropout_threshold) bits |= 1u << (4 * j + 2 * half + e);
+                if (flashc_dropout_word_for_col(w, key) >= p.dropout_threshold) bits |= (Bits)1 << (4 * j + 2 * half + e);
             }
     return bits;
 }
@@ -126,13 +137,13 @@ static __device__ __forceinline__ uint32_t flashc_hopper_bwd_keep_bits(const fla
 /* General variant (softcap and / or dropout switched at run time), once
  * both S^T and dP^T are in: S^T -> Pd^T, dP^T -> dS^T. keep: from
  * flashc_hopper_bwd_keep_bits, or all ones without dropout. */
-template <int Q_ATOMS>
+template <typename Bits, int Q_ATOMS>
 static __device__ __forceinline__ void flashc_hopper_bwd_scores_general(float (&s)[1][Q_ATOMS][4],
                                                                         float (&dp)[1][Q_ATOMS][4],
                                                                         const float *lse2, const float *dsum,
                                                                         int col0, const flashc_fwd_params &p,
                                                                         flashc_hopper_bwd_pos pos, bool masked,
-                                                                        float alibi_slope_log2, uint32_t keep) {
+                                                                        float alibi_slope_log2, Bits keep) {
     const bool softcap = p.softcap_inv_scale != 0.0f;
     const bool dropout = p.dropout_threshold != 0u;
 #pragma unroll

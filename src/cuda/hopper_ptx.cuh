@@ -27,6 +27,14 @@ static __device__ __forceinline__ uint64_t flashc_wgmma_desc(uint32_t addr, uint
            (1ull << 62);
 }
 
+/* The descriptor of address addr + bytes from addr's: the start address
+ * field holds address / 16 in 14 bits, and shared addresses stay below
+ * 256 KiB, so adding bytes / 16 never carries out of it. One add instead
+ * of rebuilding the descriptor per k-step. */
+static __device__ __forceinline__ uint64_t flashc_wgmma_desc_add(uint64_t desc, uint32_t bytes) {
+    return desc + (bytes >> 4);
+}
+
 /* Before the first wgmma of a batch whose accumulator or A registers were
  * written by ordinary instructions. */
 static __device__ __forceinline__ void flashc_wgmma_fence(void) {
@@ -322,12 +330,13 @@ static __device__ __forceinline__ void flashc_wgmma_rs(float *d, const uint32_t 
  * k-step overwrites acc. (S = Q K^T; the backward's S^T = K Q^T.) */
 template <typename T, int N, int K_COLS, int A_ROWS, int B_ROWS>
 static __device__ __forceinline__ void flashc_wgmma_ss_batch(float *acc, uint32_t a_addr, uint32_t b_addr) {
+    const uint64_t desc_a0 = flashc_wgmma_desc(a_addr, 16), desc_b0 = flashc_wgmma_desc(b_addr, 16);
     flashc_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < K_COLS / 16; ++ks) {
         const uint32_t step = (ks % 4) * 32;
-        const uint64_t desc_a = flashc_wgmma_desc(a_addr + step + (ks / 4) * A_ROWS * 128, 16);
-        const uint64_t desc_b = flashc_wgmma_desc(b_addr + step + (ks / 4) * B_ROWS * 128, 16);
+        const uint64_t desc_a = flashc_wgmma_desc_add(desc_a0, step + (ks / 4) * A_ROWS * 128);
+        const uint64_t desc_b = flashc_wgmma_desc_add(desc_b0, step + (ks / 4) * B_ROWS * 128);
         flashc_wgmma_ss<T, N>(acc, desc_a, desc_b, ks > 0);
     }
     flashc_wgmma_commit();
@@ -341,10 +350,11 @@ static __device__ __forceinline__ void flashc_wgmma_ss_batch(float *acc, uint32_
 template <typename T, int N, int K_ROWS>
 static __device__ __forceinline__ void flashc_wgmma_rs_batch(float *acc, const uint32_t (&a)[K_ROWS / 16][4],
                                                              uint32_t b_addr) {
+    const uint64_t desc_b0 = flashc_wgmma_desc(b_addr, K_ROWS * 128);
     flashc_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < K_ROWS / 16; ++ks)
-        flashc_wgmma_rs<T, N>(acc, a[ks], flashc_wgmma_desc(b_addr + ks * 16 * 128, K_ROWS * 128));
+        flashc_wgmma_rs<T, N>(acc, a[ks], flashc_wgmma_desc_add(desc_b0, ks * 16 * 128));
     flashc_wgmma_commit();
 }
 
