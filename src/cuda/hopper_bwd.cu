@@ -42,7 +42,7 @@ cudaError_t flashc_hopper_bwd(const flashc_bwd_params *p, void *stream, int is_b
     flashc_hopper_bwd_maps maps;
     /* the workspace was laid out in the plan's tiles; this kernel walks
      * the query rows in blocks of its own BLOCK_M, which must divide them */
-#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK, OWN_DQ)                                  \
+#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK)                                  \
     if (d <= HEAD_DIM) {                                                                                 \
         if (p->tile_m % BLOCK_M != 0 || !make_maps(&maps, p, is_bf16, BLOCK_M, BLOCK_N))                 \
             return cudaErrorNotSupported;                                                                \

@@ -56,13 +56,12 @@
 #include "hopper_bwd_scores.cuh"
 #include "hopper_ptx.cuh"
 
-/* Named barriers (0 is __syncthreads): ZEROED and DS_READY over the 256
- * consumer threads, OWN_DS_READY + w over consumer warpgroup w's 128. */
-enum { FLASHC_HOPPER_BWD_BAR_ZEROED = 1, FLASHC_HOPPER_BWD_BAR_DS_READY = 2, FLASHC_HOPPER_BWD_BAR_OWN_DS_READY = 3 };
+/* Named barriers over the 256 consumer threads (0 is __syncthreads). */
+enum { FLASHC_HOPPER_BWD_BAR_ZEROED = 1, FLASHC_HOPPER_BWD_BAR_DS_READY = 2 };
 #define FLASHC_HOPPER_BWD_CONSUMER_THREADS (128 * FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS)
 
 /* How the two consumer warpgroups share a CTA's work (hopper_bwd_config.h). */
-template <int HEAD_DIM, int BLOCK_N, bool OWN_DQ>
+template <int HEAD_DIM, int BLOCK_N>
 struct flashc_hopper_bwd_split {
     static constexpr int BLOCK_M = flashc_hopper_bwd_block_m(HEAD_DIM);
     static_assert((BLOCK_N == 128 && (BLOCK_M == 64 || (BLOCK_M == 128 && HEAD_DIM == 64))) ||
@@ -73,24 +72,17 @@ struct flashc_hopper_bwd_split {
     static constexpr bool BY_QUERIES = BLOCK_N == 64;
     static constexpr int S_COLS = BY_QUERIES ? BLOCK_M / 2 : BLOCK_M;    /* queries of a warpgroup's S^T */
     static constexpr int KV_COLS = BY_QUERIES ? HEAD_DIM / 2 : HEAD_DIM; /* columns of its dK, dV */
-    /* dQ: with OWN_DQ each warpgroup multiplies over its own 64 keys (all
-     * queries and columns: no barrier between the warpgroups, which
-     * drift apart, at the price of twice the additions); else over all
-     * BLOCK_N keys, with BLOCK_M = 128 half of the queries each (all
-     * columns), else half of the columns */
-    static_assert(!OWN_DQ || (!BY_QUERIES && BLOCK_M == 64 && !flashc_hopper_bwd_dq_bulk(HEAD_DIM)),
-                  "own dQ: key-split warpgroups, 64 queries, dQ added by the consumers");
+    /* dQ over all BLOCK_N keys: with BLOCK_M = 128 half of the queries
+     * each (all columns), else half of the columns */
     static constexpr bool DQ_BY_QUERIES = BLOCK_M == 128;
-    static constexpr int DQ_KEYS = OWN_DQ ? 64 : BLOCK_N;                               /* keys of its dQ */
-    static constexpr int DQ_COLS = OWN_DQ || DQ_BY_QUERIES ? HEAD_DIM : HEAD_DIM / 2; /* columns of its dQ */
+    static constexpr int DQ_COLS = DQ_BY_QUERIES ? HEAD_DIM : HEAD_DIM / 2; /* columns of its dQ */
     /* the warpgroup's first key (of the block), query (of the query block),
-     * dK / dV column, dQ key, query and column */
+     * dK / dV column, dQ query and column */
     static __device__ int key0(int warpgroup) { return BY_QUERIES ? 0 : 64 * warpgroup; }
     static __device__ int query0(int warpgroup) { return BY_QUERIES ? S_COLS * warpgroup : 0; }
     static __device__ int kv_col0(int warpgroup) { return BY_QUERIES ? KV_COLS * warpgroup : 0; }
-    static __device__ int dq_key0(int warpgroup) { return OWN_DQ ? 64 * warpgroup : 0; }
     static __device__ int dq_query0(int warpgroup) { return DQ_BY_QUERIES ? 64 * warpgroup : 0; }
-    static __device__ int dq_col0(int warpgroup) { return OWN_DQ || DQ_BY_QUERIES ? 0 : DQ_COLS * warpgroup; }
+    static __device__ int dq_col0(int warpgroup) { return DQ_BY_QUERIES ? 0 : DQ_COLS * warpgroup; }
 };
 
 /* A dQ tile's destination, for the reducer (flashc_hopper_bwd_reduce_dq). */
@@ -111,7 +103,7 @@ template <int HEAD_DIM, int BLOCK_N_>
 struct flashc_hopper_bwd_smem {
     static constexpr int BLOCK_M = flashc_hopper_bwd_block_m(HEAD_DIM), BLOCK_N = BLOCK_N_;
     static constexpr int STAGES = FLASHC_HOPPER_BWD_STAGES;
-    static constexpr bool PT_IN_SMEM = flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N, false>::BY_QUERIES;
+    static constexpr bool PT_IN_SMEM = flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N>::BY_QUERIES;
     static constexpr int KV_BYTES = BLOCK_N * HEAD_DIM * 2;
     static constexpr int QO_BYTES = BLOCK_M * HEAD_DIM * 2;
     static constexpr int DS_BYTES = BLOCK_N * BLOCK_M * 2;
@@ -323,11 +315,10 @@ static __device__ void flashc_hopper_bwd_zero_rows(unsigned char *tile, int firs
 }
 
 /* Make the consumers' ordinary shared-memory writes visible to wgmma, then
- * wait for both consumer warpgroups (or for the `threads` of one). */
-static __device__ __forceinline__ void flashc_hopper_bwd_publish(int barrier,
-                                                                 int threads = FLASHC_HOPPER_BWD_CONSUMER_THREADS) {
+ * wait for both consumer warpgroups. */
+static __device__ __forceinline__ void flashc_hopper_bwd_publish(int barrier) {
     flashc_fence_proxy_async();
-    flashc_named_barrier(barrier, threads);
+    flashc_named_barrier(barrier, FLASHC_HOPPER_BWD_CONSUMER_THREADS);
 }
 
 /* acc (keys x N columns) += A B with A = Pd^T or dS^T from shared memory
@@ -350,20 +341,20 @@ static __device__ __forceinline__ void flashc_hopper_bwd_issue_key_grad_ss(float
     flashc_wgmma_commit();
 }
 
-/* dQ of 64 queries, columns [col0, col0 + N) = dS K over KEYS keys:
- * A = dS^T in shared memory (key rows of the queries' 64-query column
- * block from the first key's row at ds_addr: MN-major), B = K as stored
- * (key rows from the first key's row at k_addr, MN-major; the columns
- * start inside column block col0 / 64, blocks BLOCK_N * 128 bytes apart);
- * 16 key rows (2048 bytes) per k-step. One batch, committed. */
-template <typename T, int N, int KEYS, int BLOCK_N>
+/* dQ of 64 queries, columns [col0, col0 + N) = dS K over the BLOCK_N
+ * keys: A = dS^T in shared memory (key rows of the queries' 64-query
+ * column block at ds_addr: MN-major), B = K as stored (key rows,
+ * MN-major; the columns start inside column block col0 / 64, blocks
+ * BLOCK_N * 128 bytes apart); 16 key rows (2048 bytes) per k-step. One
+ * batch, committed. */
+template <typename T, int N, int BLOCK_N>
 static __device__ __forceinline__ void flashc_hopper_bwd_issue_dq(float *acc, uint32_t ds_addr, uint32_t k_addr,
                                                                   int col0) {
     const uint64_t desc_a0 = flashc_wgmma_desc(ds_addr, BLOCK_N * 128);
     const uint64_t desc_b0 = flashc_wgmma_desc(k_addr + (col0 / 64) * BLOCK_N * 128 + (col0 % 64) * 2, BLOCK_N * 128);
     flashc_wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < KEYS / 16; ++ks)
+    for (int ks = 0; ks < BLOCK_N / 16; ++ks)
         flashc_wgmma_ss_bmn<T, N, 1>(acc, flashc_wgmma_desc_add(desc_a0, ks * 2048),
                                      flashc_wgmma_desc_add(desc_b0, ks * 2048), ks > 0);
     flashc_wgmma_commit();
@@ -392,15 +383,14 @@ static __device__ __forceinline__ void flashc_hopper_bwd_store_scores(unsigned c
 }
 
 /* A consumer warpgroup: its share (flashc_hopper_bwd_split) of every key
- * block of this CTA. GENERAL: softcap or dropout (hopper_bwd_scores.cuh);
- * OWN_DQ: dQ of its own keys (not in deterministic mode). */
-template <typename T, int HEAD_DIM, int BLOCK_N_, bool GENERAL, bool OWN_DQ>
+ * block of this CTA. GENERAL: softcap or dropout (hopper_bwd_scores.cuh). */
+template <typename T, int HEAD_DIM, int BLOCK_N_, bool GENERAL>
 static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
                                                                  int chunk, int warpgroup, int warp_in_group,
                                                                  int lane, unsigned char *smem, uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
-    typedef flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N_, OWN_DQ> W;
+    typedef flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N_> W;
     constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
     constexpr int Q_ATOMS = W::S_COLS / 8;       /* column atoms of S^T, dP^T */
     constexpr int D_ATOMS = W::KV_COLS / 8;      /* column atoms of dK, dV */
@@ -417,7 +407,6 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
     const int warp_key0 = wg_key0 + 16 * warp_in_group;     /* this warp's first key in the block */
     const int wg_query0 = W::query0(warpgroup);             /* its first query of S^T in the query block */
     const int kv_col0 = W::kv_col0(warpgroup);              /* its first dK / dV column */
-    const int dq_key0 = W::dq_key0(warpgroup);              /* its first dQ key in the block */
     const int dq_query0 = W::dq_query0(warpgroup);          /* its first dQ query of the query block */
     const int dq_col0 = W::dq_col0(warpgroup);              /* its first dQ column */
     const bool dq_via_smem = L::dq_via_smem(p);
@@ -505,8 +494,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             /* dS^T (and Pd^T when the warpgroups split the queries) to
              * shared memory; with key-split warpgroups dV and dK start
              * meanwhile from the registers. Then the barrier: both parts
-             * written (OWN_DQ: this warpgroup's part, the only one it
-             * reads). Also: both warpgroups finished every product of the
+             * written. Also: both warpgroups finished every product of the
              * previous query block (each waited for them before arriving
              * here), so buffer step % 2 is not reread while the next block
              * writes the other one. */
@@ -525,16 +513,12 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                 /* dV += Pd^T dO, dK += dS^T Q */
                 flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_M>(&acc_dv[0][0][0], p_frag[0], L::do_tile(base, s));
                 flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_M>(&acc_dk[0][0][0], ds_frag[0], L::q_tile(base, s));
-                if (OWN_DQ)
-                    flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_OWN_DS_READY + warpgroup, 128);
-                else
-                    flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
+                flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
             }
 
             float acc_dq[1][DQ_ATOMS][4];
-            flashc_hopper_bwd_issue_dq<T, DQ_COLS, W::DQ_KEYS, BLOCK_N>(
-                &acc_dq[0][0][0], L::ds_tile(base, step % 2) + (dq_query0 / 64) * BLOCK_N * 128 + dq_key0 * 128,
-                k_addr + dq_key0 * 128, dq_col0);
+            flashc_hopper_bwd_issue_dq<T, DQ_COLS, BLOCK_N>(
+                &acc_dq[0][0][0], L::ds_tile(base, step % 2) + (dq_query0 / 64) * BLOCK_N * 128, k_addr, dq_col0);
             flashc_wgmma_wait<0>();
             flashc_fence_registers<DQ_COLS / 2>(&acc_dq[0][0][0]);
             flashc_fence_registers<W::KV_COLS / 2>(&acc_dv[0][0][0]);
@@ -620,7 +604,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                                                           [](float *) {});
 }
 
-template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL, bool OWN_DQ>
+template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL>
 __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     flashc_hopper_bwd_kernel(const __grid_constant__ flashc_hopper_bwd_maps maps, const flashc_bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -660,7 +644,7 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
             flashc_hopper_bwd_reduce_dq<HEAD_DIM, BLOCK_N>(p.deterministic, smem_raw + (base - raw_addr), base);
     } else {
         flashc_setmaxnreg_inc<FLASHC_HOPPER_BWD_CONSUMER_REGISTERS>();
-        flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL, OWN_DQ>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,
+        flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,
                                                         threadIdx.x % 32, smem_raw + (base - raw_addr), base);
     }
 #else

@@ -1,6 +1,5 @@
 /* Launching one Hopper backward configuration (hopper_bwd_config.h): the
- * kernels of a head dim (float16 / bfloat16 x plain / general, x own dQ or
- * not where the configuration has OWN_DQ), the
+ * four kernels of a head dim (float16 / bfloat16 x plain / general), the
  * shared-memory opt-in and the portable kernel's grid (key-block chunk,
  * kv head, sequence). Each hopper_bwd_hdim*.cu instantiates one head dim. */
 #ifndef FLASHC_CUDA_HOPPER_BWD_LAUNCH_CUH
@@ -13,13 +12,13 @@
 #include "hopper_bwd_kernel.cuh"
 #include "smem_optin.cuh"
 
-template <typename T, int HEAD_DIM, bool GENERAL, bool OWN_DQ>
-static cudaError_t flashc_hopper_bwd_launch_kernel(const flashc_bwd_params &p, const flashc_hopper_bwd_maps &maps,
-                                                   cudaStream_t stream) {
+template <typename T, int HEAD_DIM, bool GENERAL>
+static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const flashc_hopper_bwd_maps &maps,
+                                            cudaStream_t stream) {
     constexpr int BLOCK_N = flashc_hopper_bwd_block_n(HEAD_DIM);
-    auto kernel = flashc_hopper_bwd_kernel<T, HEAD_DIM, BLOCK_N, GENERAL, OWN_DQ>;
+    auto kernel = flashc_hopper_bwd_kernel<T, HEAD_DIM, BLOCK_N, GENERAL>;
     constexpr int smem = flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N>::BYTES;
-    static unsigned long long smem_raised; /* per kernel */
+    static unsigned long long smem_raised;
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;
     const long long blocks = (long long)p.nchunks * p.fwd.nheads_k * p.fwd.batch;
@@ -27,16 +26,6 @@ static cudaError_t flashc_hopper_bwd_launch_kernel(const flashc_bwd_params &p, c
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     kernel<<<(unsigned)blocks, FLASHC_HOPPER_BWD_THREADS, smem, stream>>>(maps, p);
     return cudaGetLastError();
-}
-
-/* OWN_DQ where the configuration has it, except in deterministic mode
- * (the warpgroups' dQ additions would meet in no fixed order). */
-template <typename T, int HEAD_DIM, bool GENERAL>
-static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const flashc_hopper_bwd_maps &maps,
-                                            cudaStream_t stream) {
-    if constexpr (flashc_hopper_bwd_own_dq(HEAD_DIM))
-        if (!p.deterministic) return flashc_hopper_bwd_launch_kernel<T, HEAD_DIM, GENERAL, true>(p, maps, stream);
-    return flashc_hopper_bwd_launch_kernel<T, HEAD_DIM, GENERAL, false>(p, maps, stream);
 }
 
 /* general: softcap or dropout (the scores' slower path). */
