@@ -1,6 +1,8 @@
 /* The CUDA backend's backward, beyond the forward file's feature grids
- * (test_cuda_forward.c, test "backward"): every kernel configuration (each
- * has its own tile_m, which lays out the varlen workspace) on varlen
+ * (test_cuda_forward.c, test "backward"): every kernel configuration (the
+ * varlen workspace is laid out in the configuration's tile_m: 128 up to
+ * head dim 64, where the Hopper kernel walks 128-row blocks and the
+ * portable one 64-row blocks inside them, else 64) on varlen
  * sequences of 1, 17, 63, 65, 127, 129 and 1000 rows, all in one process
  * with every output and workspace NaN-poisoned before each call;
  * deterministic mode bit-identical over 10 runs; dK and dV bit-identical
