@@ -473,8 +473,12 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                                                : ~(keep_bits)0;
                     flashc_wgmma_wait<0>();
                     flashc_fence_registers<W::S_COLS / 2>(&acc_dp[0][0][0]);
-                    flashc_hopper_bwd_scores_general<keep_bits, Q_ATOMS>(acc_s, acc_dp, lse2, dsum, col0, p.fwd, pos, masked,
-                                                              alibi_slope_log2, keep);
+                    if (masked || alibi_slope_log2 != 0.0f) /* uniform over the warpgroup */
+                        flashc_hopper_bwd_scores_general<keep_bits, Q_ATOMS, true>(
+                            acc_s, acc_dp, lse2, dsum, col0, p.fwd, pos, masked, alibi_slope_log2, keep);
+                    else
+                        flashc_hopper_bwd_scores_general<keep_bits, Q_ATOMS, false>(
+                            acc_s, acc_dp, lse2, dsum, col0, p.fwd, pos, masked, alibi_slope_log2, keep);
                 } else {
                     if (masked || alibi_slope_log2 != 0.0f) /* uniform over the warpgroup */
                         flashc_hopper_bwd_probs<Q_ATOMS, true>(acc_s, lse2, col0, p.fwd, pos, masked,

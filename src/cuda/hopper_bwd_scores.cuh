@@ -136,8 +136,9 @@ static __device__ __forceinline__ Bits flashc_hopper_bwd_keep_bits(const flashc_
 
 /* General variant (softcap and / or dropout switched at run time), once
  * both S^T and dP^T are in: S^T -> Pd^T, dP^T -> dS^T. keep: from
- * flashc_hopper_bwd_keep_bits, or all ones without dropout. */
-template <typename Bits, int Q_ATOMS>
+ * flashc_hopper_bwd_keep_bits, or all ones without dropout. RULES: as in
+ * flashc_hopper_bwd_probs (false: no mask, no ALiBi on this tile). */
+template <typename Bits, int Q_ATOMS, bool RULES>
 static __device__ __forceinline__ void flashc_hopper_bwd_scores_general(float (&s)[1][Q_ATOMS][4],
                                                                         float (&dp)[1][Q_ATOMS][4],
                                                                         const float *lse2, const float *dsum,
@@ -153,19 +154,20 @@ static __device__ __forceinline__ void flashc_hopper_bwd_scores_general(float (&
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             const int query = pos.query0 + 8 * j + e;
-            int lo, hi;
-            flashc_hopper_bwd_window(p, query, pos.shift, pos.sk, &lo, &hi);
+            int lo = 0, hi = 0;
+            if (RULES) flashc_hopper_bwd_window(p, query, pos.shift, pos.sk, &lo, &hi);
+            const float alibi = RULES ? alibi_slope_log2 : 0.0f;
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int key = pos.key0 + 8 * half;
                 const int at = 2 * half + e;
-                const bool hidden = masked && (key < lo || key >= hi);
+                const bool hidden = RULES && masked && (key < lo || key >= hi);
                 float th = 0.0f;
                 const float logit =
-                    softcap ? flashc_hopper_bwd_logit<true>(s[0][j][at], p, query, key, pos.shift, hidden,
-                                                            alibi_slope_log2, &th)
-                            : flashc_hopper_bwd_logit<false>(s[0][j][at], p, query, key, pos.shift, hidden,
-                                                             alibi_slope_log2, nullptr);
+                    softcap ? flashc_hopper_bwd_logit<true>(s[0][j][at], p, query, key, pos.shift, hidden, alibi,
+                                                            &th)
+                            : flashc_hopper_bwd_logit<false>(s[0][j][at], p, query, key, pos.shift, hidden, alibi,
+                                                             nullptr);
                 const float prob = flashc_exp2(logit - (e ? lse2_pair.y : lse2_pair.x));
                 float pd = prob, dpe = dp[0][j][at];
                 if (dropout) {
