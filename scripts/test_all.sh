@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Every test of flashc in one command:
+#   0. the system packages the tests need, installed where missing
+#      (scripts/install_deps.sh: apt-get as root or through sudo; without
+#      either it prints the command and nothing runs);
 #   1. Release build (gcc or $CC) + the whole ctest suite;
 #   2. ASan + UBSan build with clang + the suite in quick mode;
 #   3. the libFuzzer target (clang) for a bounded time;
@@ -12,7 +15,8 @@
 # Environment: JOBS (parallel build jobs, default 2), FUZZ_SECONDS (default
 # 60), FLASHC_CUDA (AUTO/ON/OFF, default AUTO), BUILD_PREFIX (directory for
 # the build trees, default the repository root), FLASHC_VENV (the Python
-# environment, default .venv).
+# environment, default .venv), FLASHC_SKIP_INSTALL_DEPS=1 (do not check or
+# install system packages).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -71,6 +75,13 @@ step_python() {
 }
 
 STEPS=(release sanitize fuzz python)
+
+if [ "${FLASHC_SKIP_INSTALL_DEPS:-0}" != 1 ]; then
+    bash scripts/install_deps.sh || {
+        echo "test_all: FAIL: the system packages above are missing (FLASHC_SKIP_INSTALL_DEPS=1 skips this step)"
+        exit 1
+    }
+fi
 
 declare -A RESULT
 declare -A SECONDS_TAKEN
