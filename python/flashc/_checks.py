@@ -74,6 +74,10 @@ def dropout(p):
 
 
 def softmax_scale(scale):
+    if scale is None:
+        raise FlashcValueError(
+            _cabi.ERROR_SCALE, "softmax_scale: expected a number (the operators take no default)"
+        )
     if not math.isfinite(scale):
         raise FlashcValueError(_cabi.ERROR_SCALE, f"softmax_scale: must be finite, got {scale!r}")
     if scale == 0.0:
@@ -160,13 +164,4 @@ def packed(t, name, expected_rank, axis, count, layout):
         raise FlashcValueError(
             _cabi.ERROR_SHAPE,
             f"{name}: expected {layout}, got shape {tuple(t.shape)} (dim {axis} must be {count})",
-        )
-
-
-def window_size(window):
-    """flash_attn's window_size: a pair (left, right)."""
-    if not (isinstance(window, (tuple, list)) and len(window) == 2):
-        raise FlashcValueError(
-            _cabi.ERROR_WINDOW,
-            f"window_size: expected a pair (left, right), -1 meaning unbounded, got {window!r}",
         )

@@ -21,13 +21,7 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
-from . import _checks, _ops
-from ._ops import (
-    _flash_attn_backward,
-    _flash_attn_forward,
-    _flash_attn_varlen_backward,
-    _flash_attn_varlen_forward,
-)
+from . import _checks, _ops, _scalars
 from ._shapes import head_dim_multiple, pad_head_dim, round_multiple
 from ._tensors import maybe_contiguous
 
@@ -60,6 +54,116 @@ _wrapped_flash_attn_forward = torch.ops.flashc._flash_attn_forward
 _wrapped_flash_attn_varlen_forward = torch.ops.flashc._flash_attn_varlen_forward
 _wrapped_flash_attn_backward = torch.ops.flashc._flash_attn_backward
 _wrapped_flash_attn_varlen_backward = torch.ops.flashc._flash_attn_varlen_backward
+
+
+# ---- the lower layer -----------------------------------------------------------
+# flash_attn's _flash_attn_* with its signatures: the scalars converted as
+# flash_attn converts them (_scalars), then the operators (their bodies
+# directly where nothing could tell the difference, see _ops).
+
+
+_LOWER_LAYER_WINDOW = ("window_size_left", "window_size_right")
+
+
+def _flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
+                        window_size_right, softcap, alibi_slopes, return_softmax):
+    """(out, softmax_lse, S_dmask, rng_state) of attention over q, k, v
+    (batch, seqlen, nheads, headdim); head dims the backend takes directly."""
+    dropout_p, softmax_scale, causal, (window_size_left, window_size_right), softcap, _ = (
+        _scalars.attention_options(dropout_p, softmax_scale, causal,
+                                   (window_size_left, window_size_right), softcap, False,
+                                   _LOWER_LAYER_WINDOW))
+    return_softmax = _scalars.as_bool(return_softmax, "return_softmax")
+    if _ops.can_call_directly(q, k, v, alibi_slopes):
+        return _ops.batched_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
+                                    window_size_right, softcap, alibi_slopes, return_softmax)
+    return _wrapped_flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal,
+                                       window_size_left, window_size_right, softcap,
+                                       alibi_slopes, return_softmax)
+
+
+def _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               dropout_p, softmax_scale, causal, window_size_left=-1,
+                               window_size_right=-1, softcap=0.0, alibi_slopes=None,
+                               return_softmax=False, block_table=None, leftpad_k=None,
+                               seqused_k=None, zero_tensors=False):
+    """(out, softmax_lse, S_dmask, rng_state) of variable-length attention
+    over q, k, v (total, nheads, headdim)."""
+    dropout_p, softmax_scale, causal, (window_size_left, window_size_right), softcap, _ = (
+        _scalars.attention_options(dropout_p, softmax_scale, causal,
+                                   (window_size_left, window_size_right), softcap, False,
+                                   _LOWER_LAYER_WINDOW))
+    max_seqlen_q = _scalars.as_int(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_k = _scalars.as_int(max_seqlen_k, "max_seqlen_k")
+    return_softmax = _scalars.as_bool(return_softmax, "return_softmax")
+    zero_tensors = _scalars.as_bool(zero_tensors, "zero_tensors")
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+            softmax_scale, causal, window_size_left, window_size_right, softcap, alibi_slopes,
+            return_softmax, block_table, leftpad_k, seqused_k, zero_tensors)
+    if _ops.can_call_directly(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, block_table,
+                              leftpad_k, seqused_k):
+        return _ops.varlen_forward(*args)
+    return _wrapped_flash_attn_varlen_forward(*args)
+
+
+_increment_version = getattr(torch.autograd.graph, "increment_version", lambda t: None)
+
+
+def _mark_written(*buffers):
+    """What the operators' declared mutation does for the caller's buffers
+    written by a direct call: their version counters move, so autograd
+    notices a buffer it saved being overwritten."""
+    for t in buffers:
+        if t is not None:
+            _increment_version(t)
+
+
+def _backward_scalars(dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                      softcap, deterministic):
+    dropout_p, softmax_scale, causal, window, softcap, deterministic = (
+        _scalars.attention_options(dropout_p, softmax_scale, causal,
+                                   (window_size_left, window_size_right), softcap,
+                                   deterministic, _LOWER_LAYER_WINDOW))
+    return dropout_p, softmax_scale, causal, window[0], window[1], softcap, deterministic
+
+
+def _flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale,
+                         causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                         deterministic, rng_state=None, dlse=None):
+    """dq, dk, dv (written in place where given) of the batched forward;
+    returns softmax_d."""
+    scalars = _backward_scalars(dropout_p, softmax_scale, causal, window_size_left,
+                                window_size_right, softcap, deterministic)
+    args = (dout, q, k, v, out, softmax_lse, dq, dk, dv, *scalars[:6], alibi_slopes, scalars[6])
+    if _ops.can_call_directly(dout, q, k, v, out, softmax_lse, dq, dk, dv, alibi_slopes,
+                              rng_state, dlse):
+        softmax_d = _ops.batched_backward(*args, rng_state, dlse)
+        _mark_written(dq, dk, dv)
+        return softmax_d
+    return _wrapped_flash_attn_backward(*args, rng_state=rng_state, dlse=dlse)
+
+
+def _flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
+                                cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                softmax_scale, causal, window_size_left, window_size_right,
+                                softcap, alibi_slopes, deterministic, rng_state=None,
+                                zero_tensors=False, dlse=None):
+    """dq, dk, dv (written in place where given) of the varlen forward;
+    returns softmax_d."""
+    scalars = _backward_scalars(dropout_p, softmax_scale, causal, window_size_left,
+                                window_size_right, softcap, deterministic)
+    args = (dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+            _scalars.as_int(max_seqlen_q, "max_seqlen_q"),
+            _scalars.as_int(max_seqlen_k, "max_seqlen_k"), *scalars[:6], alibi_slopes,
+            scalars[6])
+    zero_tensors = _scalars.as_bool(zero_tensors, "zero_tensors")
+    if _ops.can_call_directly(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
+                              cu_seqlens_k, alibi_slopes, rng_state, dlse):
+        softmax_d = _ops.varlen_backward(*args, rng_state, zero_tensors, dlse)
+        _mark_written(dq, dk, dv)
+        return softmax_d
+    return _wrapped_flash_attn_varlen_backward(*args, rng_state=rng_state,
+                                               zero_tensors=zero_tensors, dlse=dlse)
 
 
 # ---- shared pieces of the autograd Functions ---------------------------------
@@ -258,7 +362,14 @@ def _attention_forward(ctx, inputs, dropout_p, softmax_scale, causal, window_siz
     or (q, k, v), each padded to the backend's head-dim multiple before k
     and v are taken apart; varlen: a _Varlen for the varlen Functions. out
     has the head dim of v when v is separate, of q otherwise."""
-    _checks.window_size(window_size)
+    dropout_p, softmax_scale, causal, window_size, softcap, deterministic = (
+        _scalars.attention_options(dropout_p, softmax_scale, causal, window_size, softcap,
+                                   deterministic))
+    return_softmax = _scalars.as_bool(return_softmax, "return_attn_probs")
+    return_lse = _scalars.as_bool(return_lse, "return_lse")
+    if varlen is not None:
+        varlen = varlen._replace(max_seqlen_q=_scalars.as_int(varlen.max_seqlen_q, "max_seqlen_q"),
+                                 max_seqlen_k=_scalars.as_int(varlen.max_seqlen_k, "max_seqlen_k"))
     is_grad = is_grad_enabled and any(t.requires_grad for t in inputs)
     head_dim = inputs[0].shape[-1]
     head_dim_v = inputs[2].shape[-1] if len(inputs) == 3 else head_dim

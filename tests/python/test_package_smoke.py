@@ -23,6 +23,10 @@ from flashc.flash_attn_interface import (
     _flash_attn_forward,
     _flash_attn_varlen_backward,
     _flash_attn_varlen_forward,
+    _wrapped_flash_attn_backward,
+    _wrapped_flash_attn_forward,
+    _wrapped_flash_attn_varlen_backward,
+    _wrapped_flash_attn_varlen_forward,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -398,12 +402,12 @@ def _opcheck(op, args, kwargs=None, dropout=False):
 def test_opcheck_batched(dropout_p):
     q, k, v = rand(2, 5, 4, 8, dtype=torch.float32), rand(2, 7, 2, 8, dtype=torch.float32), \
         rand(2, 7, 2, 8, dtype=torch.float32)
-    _opcheck(_flash_attn_forward, (q, k, v, dropout_p, 0.3, True, -1, -1, 0.0, None, True),
-             dropout=dropout_p > 0)
+    _opcheck(_wrapped_flash_attn_forward,
+             (q, k, v, dropout_p, 0.3, True, -1, -1, 0.0, None, True), dropout=dropout_p > 0)
     out, lse, _, rng = _flash_attn_forward(q, k, v, dropout_p, 0.3, True, -1, -1, 0.0, None,
                                            False)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    _opcheck(_flash_attn_backward,
+    _opcheck(_wrapped_flash_attn_backward,
              (torch.randn_like(out), q, k, v, out, lse, dq, dk, dv, dropout_p, 0.3, True, -1, -1,
               0.0, None, False),
              dict(rng_state=rng, dlse=torch.randn_like(lse)))
@@ -414,12 +418,13 @@ def test_opcheck_varlen(dropout_p):
     q, k, v = rand(10, 4, 8, dtype=torch.float32), rand(14, 2, 8, dtype=torch.float32), \
         rand(14, 2, 8, dtype=torch.float32)
     cu_q, cu_k = _cu(CU_Q), _cu(CU_K)
-    _opcheck(_flash_attn_varlen_forward, (q, k, v, cu_q, cu_k, 7, 8, dropout_p, 0.3, True),
-             dict(return_softmax=True), dropout=dropout_p > 0)
+    _opcheck(_wrapped_flash_attn_varlen_forward,
+             (q, k, v, cu_q, cu_k, 7, 8, dropout_p, 0.3, True), dict(return_softmax=True),
+             dropout=dropout_p > 0)
     out, lse, _, rng = _flash_attn_varlen_forward(q, k, v, cu_q, cu_k, 7, 8, dropout_p, 0.3,
                                                   True)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    _opcheck(_flash_attn_varlen_backward,
+    _opcheck(_wrapped_flash_attn_varlen_backward,
              (torch.randn_like(out), q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, 7, 8, dropout_p,
               0.3, True, -1, -1, 0.0, None, False),
              dict(rng_state=rng, dlse=torch.randn_like(lse)))
