@@ -19,6 +19,7 @@ from .flash_attn_interface import (
     flash_attn_varlen_qkvpacked_func,
 )
 from .merge import merge_attn_states
+from . import sdpa as _sdpa
 
 #: The version of the C library (flashc_version()), which is the package's.
 __version__ = _library.version
@@ -32,6 +33,7 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "merge_attn_states",
     "cuda_available",
+    "sdpa_available",
     "library_path",
     "FlashcError",
     "FlashcTypeError",
@@ -47,3 +49,15 @@ library_path = _library.path
 def cuda_available():
     """Whether the loaded libflashc has the CUDA backend and sees a GPU."""
     return _library.cuda_available()
+
+
+def sdpa_available():
+    """Whether this torch has PyTorch's flash-attention registry (torch 2.11
+    and later): then import flashc has registered the implementation
+    "flashc", which torch.nn.attention.activate_flash_attention_impl("flashc")
+    turns on for F.scaled_dot_product_attention's flash backend and
+    torch.nn.attention.varlen (see flashc.sdpa)."""
+    return _sdpa.available()
+
+
+_sdpa._register()
