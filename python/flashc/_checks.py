@@ -13,6 +13,36 @@ from .errors import FlashcTypeError, FlashcUnsupportedError, FlashcValueError
 ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
+# ---- the common case, cheaply -------------------------------------------------
+# Every call passes through these first. They only say whether the detailed
+# checks below would all pass (so they run, with their messages, only when
+# something is wrong): a few attribute reads instead of a function call per
+# tensor and property.
+
+
+def attention_inputs_ok(rank, q, k, v, *others):
+    """q, k, v tensors of `rank` and one supported dtype, on one usable
+    device with the (non-None) `others`."""
+    try:
+        dtype, device = q.dtype, q.device
+        if not (q.dim() == rank and k.dim() == rank and v.dim() == rank
+                and dtype in ATTENTION_DTYPES and k.dtype == dtype and v.dtype == dtype
+                and k.device == device and v.device == device):
+            return False
+        for t in others:
+            if t is not None and t.device != device:
+                return False
+    except AttributeError:  # not tensors
+        return False
+    return device.type == "cpu" or (device.type == "cuda" and _library.cuda_available())
+
+
+def forward_scalars_ok(dropout_p, scale):
+    """dropout() and softmax_scale() below would pass."""
+    return (type(dropout_p) is float and 0.0 <= dropout_p < 1.0 and type(scale) is float
+            and scale != 0.0 and math.isfinite(scale))
+
+
 def rank(t, name, expected, layout):
     if not isinstance(t, torch.Tensor):
         raise FlashcTypeError(

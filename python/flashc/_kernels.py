@@ -72,31 +72,13 @@ _current_cuda_device = getattr(torch._C, "_cuda_getDevice", None)
 _NO_DEVICE_SCOPE = contextlib.nullcontext()
 
 
-def _describe(buffer, at, tensors, names):
-    """Writes descriptors of `tensors` one after another from byte `at` of
-    `buffer`; returns their addresses, 0 (NULL) for None."""
-    base = ctypes.addressof(buffer)
-    addresses = []
-    for t, name in zip(tensors, names):
-        if t is None:
-            addresses.append(0)
-            continue
-        _tensors.write_descriptor(buffer, at, t, name)
-        addresses.append(base + at)
-        at += _tensors.DESCRIPTOR_SIZE
-    return addresses
-
-
-def _options(q, softmax_scale, causal, window_left, window_right, softcap, alibi, dropout_p,
-             seed, offset, deterministic):
-    """The flashc_attention_options fields, in order (alibi: an address)."""
+def _execution(q):
+    """(num_threads, stream) of a call on q's device: the current stream on
+    CUDA, torch.get_num_threads() threads on the CPU (the library's default
+    for the field a device does not use)."""
     if q.is_cuda:
-        num_threads, stream = _DEFAULT_NUM_THREADS, _current_raw_stream(q.get_device())
-    else:
-        # The CPU kernels follow torch.set_num_threads.
-        num_threads, stream = torch.get_num_threads(), _DEFAULT_STREAM
-    return (softmax_scale, int(causal), window_left, window_right, softcap, alibi, dropout_p,
-            seed, offset, int(deterministic), num_threads, stream)
+        return _DEFAULT_NUM_THREADS, _current_raw_stream(q.get_device())
+    return torch.get_num_threads(), _DEFAULT_STREAM
 
 
 def _pack(packer, names, codes, buffer, values):
@@ -137,20 +119,19 @@ def forward(q, k, v, out, lse, s_dmask, *, softmax_scale, causal, window_left, w
     """Runs the forward into the given out / lse / s_dmask (s_dmask may be
     None)."""
     buffer = _ForwardBuffer()
-    varlen = cu_seqlens_q is not None
-    addresses = _describe(
+    if cu_seqlens_q is None:
+        cu_seqlens_k = seqused_k = None
+        max_seqlen_q = max_seqlen_k = 0
+    a = _tensors.write_descriptors(
         buffer, _FORWARD_DESCRIPTORS_AT,
-        (q, k, v, out, lse, s_dmask, alibi_slopes, cu_seqlens_q,
-         cu_seqlens_k if varlen else None, seqused_k if varlen else None),
+        (q, k, v, out, lse, s_dmask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k),
         _FORWARD_TENSORS,
     )
-    values = (
-        *addresses[:6], *addresses[7:10],
-        max_seqlen_q if varlen else 0, max_seqlen_k if varlen else 0,
-        *_options(q, softmax_scale, causal, window_left, window_right, softcap, addresses[6],
-                  dropout_p, seed, offset, False),
-    )
-    _pack(_FORWARD, _FORWARD_FIELDS, _FORWARD_CODES, buffer, values)
+    num_threads, stream = _execution(q)
+    _pack(_FORWARD, _FORWARD_FIELDS, _FORWARD_CODES, buffer,
+          (a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8], a[9], max_seqlen_q, max_seqlen_k,
+           softmax_scale, int(causal), window_left, window_right, softcap, a[6], dropout_p,
+           seed, offset, 0, num_threads, stream))
     with _device_scope(q):
         _check(_library.attention_forward(ctypes.addressof(buffer)))
 
@@ -161,27 +142,26 @@ def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, *, softmax_scale, causal
     """Runs the backward into the given dq / dk / dv, with a workspace
     allocated by PyTorch on the tensors' device."""
     buffer = _BackwardBuffer()
-    varlen = cu_seqlens_q is not None
-    addresses = _describe(
+    if cu_seqlens_q is None:
+        cu_seqlens_k = None
+        max_seqlen_q = max_seqlen_k = 0
+    a = _tensors.write_descriptors(
         buffer, _BACKWARD_DESCRIPTORS_AT,
-        (dout, q, k, v, out, lse, dlse, dq, dk, dv, alibi_slopes, cu_seqlens_q,
-         cu_seqlens_k if varlen else None),
+        (dout, q, k, v, out, lse, dlse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu_seqlens_k),
         _BACKWARD_TENSORS,
     )
-    values = (
-        *addresses[:10], 0, 0, *addresses[11:13], 0,
-        max_seqlen_q if varlen else 0, max_seqlen_k if varlen else 0,
-        *_options(q, softmax_scale, causal, window_left, window_right, softcap, addresses[10],
-                  dropout_p, seed, offset, deterministic),
-    )
-    _pack(_BACKWARD, _BACKWARD_FIELDS, _BACKWARD_CODES, buffer, values)
+    num_threads, stream = _execution(q)
+    _pack(_BACKWARD, _BACKWARD_FIELDS, _BACKWARD_CODES, buffer,
+          (a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], 0, 0, a[11], a[12], 0,
+           max_seqlen_q, max_seqlen_k, softmax_scale, int(causal), window_left, window_right,
+           softcap, a[10], dropout_p, seed, offset, int(deterministic), num_threads, stream))
     args = ctypes.addressof(buffer)
     with _device_scope(q):
         nbytes = ctypes.c_size_t(0)
         _check(_library.attention_backward_workspace_size(args, ctypes.addressof(nbytes)))
         workspace = None
         if nbytes.value:
-            workspace = torch.empty(nbytes.value, dtype=torch.uint8, device=q.device)
+            workspace = q.new_empty(nbytes.value, dtype=torch.uint8)
             _WORKSPACE.pack_into(buffer, _WORKSPACE_AT, workspace.data_ptr(), nbytes.value)
         _check(_library.attention_backward(args))
         # Released right after the launch: the caching allocator gives the

@@ -36,8 +36,9 @@ def _check_attention_inputs(q, k, v, rank, layout):
 
 
 def _check_forward_scalars(dropout_p, softmax_scale):
-    _checks.dropout(dropout_p)
-    _checks.softmax_scale(softmax_scale)
+    if not _checks.forward_scalars_ok(dropout_p, softmax_scale):
+        _checks.dropout(dropout_p)
+        _checks.softmax_scale(softmax_scale)
 
 
 def _dropout_words(device, dropout_p, want_rng_state):
@@ -114,8 +115,9 @@ def batched_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
     """flashc::_flash_attn_forward's body. want_s_dmask=False: S_dmask comes
     back as None unless requested; want_rng_state=False: rng_state comes
     back as None without dropout."""
-    _check_attention_inputs(q, k, v, 4, "(batch, seqlen, nheads, headdim)")
-    _checks.same_device([("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes)])
+    if not _checks.attention_inputs_ok(4, q, k, v, alibi_slopes):
+        _check_attention_inputs(q, k, v, 4, "(batch, seqlen, nheads, headdim)")
+        _checks.same_device([("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes)])
     _check_forward_scalars(dropout_p, softmax_scale)
     q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
     out, lse, s_dmask = _batched_forward_outputs(q, k, v, return_softmax, dropout_p,
@@ -167,7 +169,8 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     want_rng_state as batched_forward."""
     _checks.not_supported(block_table, "block_table", "paged KV is not supported by flashc yet")
     _checks.not_supported(leftpad_k, "leftpad_k", "left padding of keys is not supported by flashc")
-    _check_attention_inputs(q, k, v, 3, "(total, nheads, headdim)")
+    if not _checks.attention_inputs_ok(3, q, k, v, alibi_slopes):
+        _check_attention_inputs(q, k, v, 3, "(total, nheads, headdim)")
     _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     if seqused_k is not None:
         _checks.int32_vector(seqused_k, "seqused_k", cu_seqlens_q.shape[0] - 1)
@@ -253,6 +256,18 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p
 # ---- backward ----------------------------------------------------------------
 
 
+def _backward_inputs_ok(dout, q, k, v, out, softmax_lse, dq, dk, dv, rank, others):
+    """What _check_backward_inputs and same_device check, cheaply."""
+    if not _checks.attention_inputs_ok(rank, q, k, v, dout, out, softmax_lse, dq, dk, dv,
+                                       *others):
+        return False
+    dtype = q.dtype
+    return (dout.dim() == rank and out.dim() == rank and dout.dtype == dtype
+            and out.dtype == dtype and (dq is None or (dq.dtype == dtype and dq.shape == q.shape))
+            and (dk is None or (dk.dtype == dtype and dk.shape == k.shape))
+            and (dv is None or (dv.dtype == dtype and dv.shape == v.shape)))
+
+
 def _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, rank, layout):
     _check_attention_inputs(q, k, v, rank, layout)
     _checks.rank(dout, "dout", rank, layout)
@@ -281,11 +296,14 @@ def _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, 
     _kernels.backward. Returns dout, q and out as the kernels read them, for
     softmax_d."""
     _check_forward_scalars(dropout_p, softmax_scale)
-    _checks.rng_state(rng_state, dropout_p)
+    if dropout_p > 0:
+        _checks.rng_state(rng_state, dropout_p)
+        seed, offset = _rng.replay(rng_state)
+    else:
+        seed = offset = 0
     dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
                           maybe_contiguous(v), maybe_contiguous(out))
     dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
-    seed, offset = _rng.replay(rng_state) if dropout_p > 0 else (0, 0)
     _kernels.backward(
         dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
         softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
@@ -300,11 +318,14 @@ def batched_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, sof
                      deterministic, rng_state=None, dlse=None, want_softmax_d=True):
     """flashc::_flash_attn_backward's body. want_softmax_d=False skips
     softmax_d (a few more kernels on the GPU) and returns None."""
-    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 4,
-                           "(batch, seqlen, nheads, headdim)")
-    _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
-                         ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),
-                         ("dv", dv), ("alibi_slopes", alibi_slopes), ("rng_state", rng_state)])
+    if not _backward_inputs_ok(dout, q, k, v, out, softmax_lse, dq, dk, dv, 4,
+                               (dlse, alibi_slopes, rng_state)):
+        _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 4,
+                               "(batch, seqlen, nheads, headdim)")
+        _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
+                             ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq),
+                             ("dk", dk), ("dv", dv), ("alibi_slopes", alibi_slopes),
+                             ("rng_state", rng_state)])
     dout, q, out = _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p,
                                  softmax_scale, causal, window_size_left, window_size_right,
                                  softcap, alibi_slopes, deterministic, rng_state)
@@ -359,8 +380,10 @@ def varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, c
     batched_backward."""
     # zero_tensors needs no work here: flashc writes dq, dk and dv in full,
     # rows outside every sequence included (as zeros).
-    _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 3,
-                           "(total, nheads, headdim)")
+    if not _backward_inputs_ok(dout, q, k, v, out, softmax_lse, dq, dk, dv, 3,
+                               (dlse, alibi_slopes, rng_state)):
+        _check_backward_inputs(dout, q, k, v, out, softmax_lse, dq, dk, dv, 3,
+                               "(total, nheads, headdim)")
     _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     _checks.same_device([("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
                          ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq), ("dk", dk),

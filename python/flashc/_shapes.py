@@ -37,8 +37,14 @@ def s_dmask_shape(batch, nheads, seqlen_q, seqlen_k):
 def forward_outputs(q, v, lse_shape, s_dmask_shape_or_none, want_s_dmask=True):
     """Empty out, lse and S_dmask for a forward. S_dmask not requested is an
     empty tensor, or None when want_s_dmask is False."""
-    out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
-    lse = torch.empty(lse_shape, dtype=stats_dtype(q.dtype), device=q.device)
+    # out as flash_attn makes it (empty_like(q): q's layout, q being dense
+    # with a contiguous last dim here); new_empty costs less than torch.empty
+    # with a dtype and a device
+    if v.shape[-1] == q.shape[-1]:
+        out = torch.empty_like(q)
+    else:
+        out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lse = q.new_empty(lse_shape, dtype=stats_dtype(q.dtype))
     if s_dmask_shape_or_none is not None:
         s_dmask = torch.empty(s_dmask_shape_or_none, dtype=q.dtype, device=q.device)
     elif want_s_dmask:

@@ -167,25 +167,30 @@ def _flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_
 
 
 # ---- shared pieces of the autograd Functions ---------------------------------
+#
+# These run on every call, so they are written for few Python operations:
+# the options travel as one tuple (_Options), checks that pass are cheap
+# and the detailed ones (with their messages) run only when one fails, and
+# whether the operators' bodies may be called directly is asked once per
+# call.
 
 
-def _default_scale(softmax_scale, head_dim):
-    # From the head dim before any padding, as flash_attn.
-    return head_dim ** (-0.5) if softmax_scale is None else softmax_scale
+class _Options(NamedTuple):
+    """The scalar arguments of a call, converted (_scalars), in the order of
+    the operators' parameters from dropout_p to alibi_slopes."""
 
-
-def _pad(x, multiple):
-    return pad_head_dim(x, multiple) if multiple > 1 else x
+    dropout_p: float
+    softmax_scale: float
+    causal: bool
+    window_size_left: int
+    window_size_right: int
+    softcap: float
+    alibi_slopes: Optional[torch.Tensor]
 
 
 def _unpad(grad, head_dim):
-    """A gradient without the head-dim padding; the gradient itself when
-    there is none. Where nothing is padded (head_dim_multiple 1) the shape
-    is not even read, so torch.jit.trace records no comparison. (The
-    forward's out stays a slice, always a view as in flash_attn.)"""
-    if head_dim_multiple(grad.device) > 1 and grad.shape[-1] != head_dim:
-        return grad[..., :head_dim]
-    return grad
+    """A gradient without the head-dim padding."""
+    return grad[..., :head_dim] if grad.shape[-1] != head_dim else grad
 
 
 # The operator calls of the Functions. When the operators' bodies can be
@@ -196,76 +201,48 @@ def _unpad(grad, head_dim):
 # and the backward's softmax_d. torch.compile always sees the operators.
 
 
-def _forward(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-             return_softmax, return_lse):
+def _forward(direct, q, k, v, o, return_softmax, return_lse):
     """(out_padded, softmax_lse, S_dmask, rng_state) of flashc::_flash_attn_forward."""
-    if _ops.can_call_directly(q, k, v, alibi_slopes):
-        return _ops.batched_forward(
-            q, k, v, dropout_p, softmax_scale, causal, window_size[0], window_size[1], softcap,
-            alibi_slopes, return_softmax and dropout_p > 0,
-            want_s_dmask=return_softmax or return_lse, want_rng_state=False,
-        )
-    return _wrapped_flash_attn_forward(
-        q, k, v, dropout_p, softmax_scale, causal=causal,
-        window_size_left=window_size[0], window_size_right=window_size[1],
-        softcap=softcap, alibi_slopes=alibi_slopes,
-        return_softmax=return_softmax and dropout_p > 0,
-    )
+    s_dmask = return_softmax and o.dropout_p > 0  # else an empty S_dmask, where returned
+    if direct:
+        return _ops.batched_forward(q, k, v, *o, s_dmask,
+                                    want_s_dmask=return_softmax or return_lse,
+                                    want_rng_state=False)
+    return _wrapped_flash_attn_forward(q, k, v, *o, s_dmask)
 
 
-def _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                    softmax_scale, causal, window_size, softcap, alibi_slopes, return_softmax,
-                    return_lse, block_table=None):
+def _varlen_forward(direct, q, k, v, varlen, o, return_softmax, return_lse):
     """(out_padded, softmax_lse, S_dmask, rng_state) of
     flashc::_flash_attn_varlen_forward."""
-    if _ops.can_call_directly(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes):
-        return _ops.varlen_forward(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-            softmax_scale, causal, window_size[0], window_size[1], softcap, alibi_slopes,
-            return_softmax and dropout_p > 0, block_table,
-            want_s_dmask=return_softmax or return_lse, want_rng_state=False,
-        )
-    return _wrapped_flash_attn_varlen_forward(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-        softmax_scale, causal=causal, window_size_left=window_size[0],
-        window_size_right=window_size[1], softcap=softcap, alibi_slopes=alibi_slopes,
-        return_softmax=return_softmax and dropout_p > 0, block_table=block_table,
-    )
+    s_dmask = return_softmax and o.dropout_p > 0  # else an empty S_dmask, where returned
+    args = (q, k, v, varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.max_seqlen_q,
+            varlen.max_seqlen_k, o.dropout_p, o.softmax_scale, o.causal, o.window_size_left,
+            o.window_size_right, o.softcap, o.alibi_slopes, s_dmask, varlen.block_table)
+    if direct:
+        return _ops.varlen_forward(*args, want_s_dmask=return_softmax or return_lse,
+                                   want_rng_state=False)
+    return _wrapped_flash_attn_varlen_forward(*args)
 
 
-def _backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse):
+def _backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse):
     """flashc::_flash_attn_backward into dq, dk, dv, with the settings saved on ctx."""
-    args = (dout, q, k, v, out, softmax_lse, dq, dk, dv, ctx.dropout_p, ctx.softmax_scale,
-            ctx.causal, ctx.window_size[0], ctx.window_size[1], ctx.softcap, ctx.alibi_slopes,
-            ctx.deterministic)
-    if _ops.can_call_directly(dout, q, k, v, out, softmax_lse, ctx.alibi_slopes, rng_state,
-                              dlse):
+    args = (dout, q, k, v, out, softmax_lse, dq, dk, dv, *ctx.options, ctx.deterministic)
+    if direct:
         _ops.batched_backward(*args, rng_state, dlse, want_softmax_d=False)
     else:
         _wrapped_flash_attn_backward(*args, rng_state=rng_state, dlse=dlse)
 
 
-def _varlen_backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
-                     cu_seqlens_k, max_seqlen_q, max_seqlen_k, rng_state, dlse):
+def _varlen_backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
+                     cu_seqlens_k, rng_state, dlse):
     """flashc::_flash_attn_varlen_backward into dq, dk, dv, with the settings
     saved on ctx."""
     args = (dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
-            max_seqlen_q, max_seqlen_k, ctx.dropout_p, ctx.softmax_scale, ctx.causal,
-            ctx.window_size[0], ctx.window_size[1], ctx.softcap, ctx.alibi_slopes,
-            ctx.deterministic)
-    if _ops.can_call_directly(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k,
-                              ctx.alibi_slopes, rng_state, dlse):
+            ctx.max_seqlen_q, ctx.max_seqlen_k, *ctx.options, ctx.deterministic)
+    if direct:
         _ops.varlen_backward(*args, rng_state, False, dlse, want_softmax_d=False)
     else:
         _wrapped_flash_attn_varlen_backward(*args, rng_state=rng_state, dlse=dlse)
-
-
-def _save_forward(ctx, is_grad, tensors, **scalars):
-    """Tensors are saved only when a gradient is needed; scalars live on ctx."""
-    if is_grad:
-        ctx.save_for_backward(*tensors)
-    for name, value in scalars.items():
-        setattr(ctx, name, value)
 
 
 def _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse):
@@ -310,18 +287,19 @@ def _distinct(*tensors):
     return result
 
 
-def _gradient_buffers(dtype, device, *shapes):
+def _gradient_buffers(direct, like, shapes):
     """Empty gradient buffers of the given shapes. Where a compiler could see
     them (anything but plain eager mode, see _ops.can_call_directly) they
     are carved from one allocation: separate torch.empty calls of equal
     shape can be merged into one buffer by a compiler (PyTorch 2.4's
     inductor does), after which the backward would write two gradients
     into the same memory. Eager allocations are never merged, and separate
-    ones cost less Python."""
-    if _ops.can_call_directly():
-        return [torch.empty(shape, dtype=dtype, device=device) for shape in shapes]
+    ones cost less Python. `like`: a tensor of the buffers' dtype and
+    device."""
+    if direct:
+        return [like.new_empty(shape) for shape in shapes]
     sizes = [math.prod(shape) for shape in shapes]
-    flat = torch.empty(sum(sizes), dtype=dtype, device=device)
+    flat = like.new_empty(sum(sizes))
     return [chunk.view(shape) for chunk, shape in zip(flat.split(sizes), shapes)]
 
 
@@ -367,38 +345,42 @@ def _attention_forward(ctx, inputs, dropout_p, softmax_scale, causal, window_siz
                                    deterministic))
     return_softmax = _scalars.as_bool(return_softmax, "return_attn_probs")
     return_lse = _scalars.as_bool(return_lse, "return_lse")
-    if varlen is not None:
-        varlen = varlen._replace(max_seqlen_q=_scalars.as_int(varlen.max_seqlen_q, "max_seqlen_q"),
-                                 max_seqlen_k=_scalars.as_int(varlen.max_seqlen_k, "max_seqlen_k"))
-    is_grad = is_grad_enabled and any(t.requires_grad for t in inputs)
-    head_dim = inputs[0].shape[-1]
+    first = inputs[0]
+    head_dim = first.shape[-1]
     head_dim_v = inputs[2].shape[-1] if len(inputs) == 3 else head_dim
-    softmax_scale = _default_scale(softmax_scale, head_dim)
-    multiple = head_dim_multiple(inputs[0].device)
-    q, k, v = _unpacked([_pad(t, multiple) for t in inputs])
+    options = _Options(dropout_p, head_dim ** -0.5 if softmax_scale is None else softmax_scale,
+                       causal, window_size[0], window_size[1], softcap, alibi_slopes)
+    multiple = head_dim_multiple(first.device)
+    padded = multiple > 1 and (head_dim % multiple or head_dim_v % multiple)
+    if padded:
+        inputs = [pad_head_dim(t, multiple) for t in inputs]
+    q, k, v = _unpacked(inputs)
     if varlen is None:
-        out_padded, softmax_lse, s_dmask, rng_state = _forward(
-            q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-            return_softmax, return_lse,
-        )
+        direct = _ops.can_call_directly(q, k, v, alibi_slopes)
+        out_padded, softmax_lse, s_dmask, rng_state = _forward(direct, q, k, v, options,
+                                                               return_softmax, return_lse)
         cu_seqlens = ()
     else:
+        varlen = varlen._replace(max_seqlen_q=_scalars.as_int(varlen.max_seqlen_q, "max_seqlen_q"),
+                                 max_seqlen_k=_scalars.as_int(varlen.max_seqlen_k, "max_seqlen_k"))
+        direct = _ops.can_call_directly(q, k, v, varlen.cu_seqlens_q, varlen.cu_seqlens_k,
+                                        alibi_slopes)
         out_padded, softmax_lse, s_dmask, rng_state = _varlen_forward(
-            q, k, v, varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.max_seqlen_q,
-            varlen.max_seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
-            alibi_slopes, return_softmax, return_lse, varlen.block_table,
-        )
+            direct, q, k, v, varlen, options, return_softmax, return_lse)
         # One cu_seqlens for both (the qkv-packed Function) is saved once.
         cu_seqlens = ((varlen.cu_seqlens_q,) if varlen.cu_seqlens_k is varlen.cu_seqlens_q
                       else (varlen.cu_seqlens_q, varlen.cu_seqlens_k))
         ctx.max_seqlen_q, ctx.max_seqlen_k = varlen.max_seqlen_q, varlen.max_seqlen_k
-    _save_forward(ctx, is_grad, (q, k, v, out_padded, softmax_lse, *cu_seqlens, rng_state),
-                  dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                  window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                  deterministic=deterministic, head_dim=head_dim, head_dim_v=head_dim_v,
-                  input_count=len(inputs))
+    # Tensors are saved only when a gradient is needed; the rest lives on ctx.
+    if is_grad_enabled and (first.requires_grad or any(t.requires_grad for t in inputs[1:])):
+        ctx.save_for_backward(q, k, v, out_padded, softmax_lse, *cu_seqlens, rng_state)
+    ctx.options = options
+    ctx.deterministic = deterministic
+    # one head dim per tensor input (only a separate v has its own)
+    ctx.head_dims = (head_dim, head_dim, head_dim_v)[:len(inputs)]
+    ctx.padded = padded
     ctx.set_materialize_grads(False)
-    out = out_padded[..., :head_dim_v]
+    out = out_padded[..., :head_dim_v] if padded else out_padded
     return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
 
 
@@ -407,22 +389,30 @@ def _attention_backward(ctx, dout, dlse):
     in the layout the forward received them (see _attention_forward)."""
     q, k, v, out, softmax_lse, *cu_seqlens, rng_state = ctx.saved_tensors
     dout = _incoming_dout(dout, out)
-    if ctx.input_count == 1:
+    count = len(ctx.head_dims)
+    if count == 1:
         shapes = (_packed_shape(q, 3),)
-    elif ctx.input_count == 2:
+    elif count == 2:
         shapes = (q.shape, _packed_shape(k, 2))
     else:
         shapes = (q.shape, k.shape, v.shape)
-    buffers = _gradient_buffers(q.dtype, q.device, *shapes)
-    dq, dk, dv = _unpacked(buffers)
     if cu_seqlens:
-        _varlen_backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens[0],
-                         cu_seqlens[-1], ctx.max_seqlen_q, ctx.max_seqlen_k, rng_state, dlse)
+        direct = _ops.can_call_directly(dout, q, k, v, out, softmax_lse, *cu_seqlens,
+                                        ctx.options.alibi_slopes, rng_state, dlse)
+        buffers = _gradient_buffers(direct, q, shapes)
+        dq, dk, dv = _unpacked(buffers)
+        _varlen_backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens[0],
+                         cu_seqlens[-1], rng_state, dlse)
     else:
-        _backward(ctx, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse)
-    # Only separate v has a head dim of its own.
-    head_dims = (ctx.head_dim, ctx.head_dim, ctx.head_dim_v)
-    return tuple(_unpad(grad, head_dim) for grad, head_dim in zip(buffers, head_dims))
+        direct = _ops.can_call_directly(dout, q, k, v, out, softmax_lse,
+                                        ctx.options.alibi_slopes, rng_state, dlse)
+        buffers = _gradient_buffers(direct, q, shapes)
+        dq, dk, dv = _unpacked(buffers)
+        _backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse)
+    if not ctx.padded:
+        # (the shapes are not even read, so torch.jit.trace records no comparison)
+        return tuple(buffers)
+    return tuple(_unpad(grad, head_dim) for grad, head_dim in zip(buffers, ctx.head_dims))
 
 
 def _check_block_table(block_table):

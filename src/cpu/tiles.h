@@ -162,19 +162,29 @@ static inline int fc_tile_fully_visible(const flashc_problem *p, const fc_tile_c
  * -inf. */
 static void fc_tile_mask(real *S, const flashc_problem *p, const fc_tile_ctx *t) {
     const real neg_inf = -(real)INFINITY;
+    /* the visible columns [lo, hi) of each row, tile-relative (empty for
+     * the padding rows), then one pass down each column: the tile is
+     * column-major, so row by row would store with a stride of FC_BM */
+    int32_t lo[FC_BM], hi[FC_BM];
     for (int64_t i = 0; i < FC_BM; ++i) {
-        int64_t lo = 0, hi = 0;
+        int64_t l = 0, h = 0;
         if (i < t->rows) {
-            flashc_visible_cols(t->r0 + i, t->sq, t->sk, p->window_left, p->window_right, &lo, &hi);
-            lo -= t->c0;
-            hi -= t->c0;
-            if (lo < 0) lo = 0;
-            if (lo > t->cols) lo = t->cols;
-            if (hi > t->cols) hi = t->cols;
-            if (hi < lo) hi = lo;
+            flashc_visible_cols(t->r0 + i, t->sq, t->sk, p->window_left, p->window_right, &l, &h);
+            l -= t->c0;
+            h -= t->c0;
+            if (l < 0) l = 0;
+            if (l > t->cols) l = t->cols;
+            if (h > t->cols) h = t->cols;
+            if (h < l) h = l;
         }
-        for (int64_t j = 0; j < lo; ++j) S[j * FC_BM + i] = neg_inf;
-        for (int64_t j = hi; j < FC_BN; ++j) S[j * FC_BM + i] = neg_inf;
+        lo[i] = (int32_t)l;
+        hi[i] = (int32_t)h;
+    }
+    for (int64_t j = 0; j < FC_BN; ++j) {
+        real *col = S + j * FC_BM;
+        const int32_t jj = (int32_t)j;
+        for (int64_t i = 0; i < FC_BM; ++i)
+            if (jj < lo[i] || jj >= hi[i]) col[i] = neg_inf;
     }
 }
 
