@@ -19,9 +19,9 @@
 #             pytest tests/python on CUDA: pytest.log
 #   bench     `flashc bench --quick` (the C benchmark on the GPU), the
 #             backward's deterministic cost (`flashc bench` with and without
-#             --deterministic at seqlen 2048 and 16384) and
-#             bench/gpu_sdpa_bench.py against PyTorch SDPA flash and cudnn:
-#             bench.log, bench.tsv
+#             --deterministic at seqlen 2048 and 16384),
+#             bench/gpu_sdpa_bench.py against PyTorch SDPA flash and cudnn
+#             and bench/percall_bench.py (per-call cost): bench.log, bench.tsv
 # and summary.txt, the table printed last.
 #
 # Environment:
@@ -306,6 +306,12 @@ step_bench() {
     FLASHC_LIBRARY="$LIB" timeout "$(budget 330)" python3 bench/gpu_sdpa_bench.py --lib "$LIB" \
         --out "$OUT/bench.tsv" ${BENCH_ARGS:-} >> "$log" 2>&1
     local status=$?
+    {
+        echo
+        echo "=== bench/percall_bench.py (per-call cost of a small problem beside SDPA flash) ==="
+        FLASHC_LIBRARY="$LIB" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
+            timeout "$(budget 120)" python3 bench/percall_bench.py
+    } >> "$log" 2>&1 || status=1
     NOTE[bench]="$(grep -E '^geometric mean' "$log" | tr '\n' ' ')"
     return "$status"
 }

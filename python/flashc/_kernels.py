@@ -113,11 +113,12 @@ def _check(status):
         raise error_for_status(status, _library.last_error_message())
 
 
-def forward(q, k, v, out, lse, s_dmask, *, softmax_scale, causal, window_left, window_right,
+def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, window_right,
             softcap, alibi_slopes, dropout_p, seed, offset, cu_seqlens_q=None,
             cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0):
     """Runs the forward into the given out / lse / s_dmask (s_dmask may be
-    None)."""
+    None). (Positional parameters: the package's own calls pass them so,
+    which costs less than keywords.)"""
     buffer = _ForwardBuffer()
     if cu_seqlens_q is None:
         cu_seqlens_k = seqused_k = None
@@ -136,7 +137,7 @@ def forward(q, k, v, out, lse, s_dmask, *, softmax_scale, causal, window_left, w
         _check(_library.attention_forward(ctypes.addressof(buffer)))
 
 
-def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, *, softmax_scale, causal, window_left,
+def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale, causal, window_left,
              window_right, softcap, alibi_slopes, dropout_p, seed, offset, deterministic,
              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
     """Runs the backward into the given dq / dk / dv, with a workspace

@@ -41,12 +41,6 @@ def _check_forward_scalars(dropout_p, softmax_scale):
         _checks.softmax_scale(softmax_scale)
 
 
-def _dropout_words(device, dropout_p, want_rng_state):
-    if dropout_p > 0.0:
-        return _rng.draw(device)
-    return 0, 0, _rng.unused(device) if want_rng_state else None
-
-
 # Tensor types the operators see as they are: no __torch_dispatch__, no
 # __torch_function__ (Parameter disables it).
 _PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -94,18 +88,20 @@ def can_call_directly(*tensors):
 
 
 def _run_forward(q, k, v, out, lse, s_dmask, dropout_p, softmax_scale, causal, window_size_left,
-                 window_size_right, softcap, alibi_slopes, want_rng_state, **varlen):
+                 window_size_right, softcap, alibi_slopes, want_rng_state, varlen=()):
     """Both forward bodies' kernel call into out, lse and S_dmask (an empty
     or absent S_dmask is not written), with a fresh dropout seed; varlen:
-    the cu_seqlens / seqused_k / max_seqlen keywords of _kernels.forward.
-    Returns rng_state."""
-    seed, offset, rng_state = _dropout_words(q.device, dropout_p, want_rng_state)
-    _kernels.forward(
-        q, k, v, out, lse, s_dmask if s_dmask is not None and s_dmask.numel() else None,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
-        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset, **varlen,
-    )
+    (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k) of
+    _kernels.forward. Returns rng_state."""
+    if dropout_p > 0.0:
+        seed, offset, rng_state = _rng.draw(q.device)
+    else:
+        seed = offset = 0
+        rng_state = _rng.unused(q.device) if want_rng_state else None
+    _kernels.forward(q, k, v, out, lse,
+                     s_dmask if s_dmask is not None and s_dmask.numel() else None,
+                     softmax_scale, causal, window_size_left, window_size_right, softcap,
+                     alibi_slopes, dropout_p, seed, offset, *varlen)
     return rng_state
 
 
@@ -184,9 +180,8 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     rng_state = _run_forward(
         q, k, v, out, lse, s_dmask, dropout_p, softmax_scale, causal, window_size_left,
         window_size_right, softcap, alibi_slopes, want_rng_state,
-        cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
-        seqused_k=None if seqused_k is None else seqused_k.contiguous(),
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        (cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(),
+         None if seqused_k is None else seqused_k.contiguous(), max_seqlen_q, max_seqlen_k),
     )
     if zero_tensors:
         _lse_outside_sequences(lse, cu_seqlens_q, float("-inf"))
@@ -289,12 +284,12 @@ def _gradient_buffers(q, k, v, dq, dk, dv):
 
 def _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, softmax_scale,
                   causal, window_size_left, window_size_right, softcap, alibi_slopes,
-                  deterministic, rng_state, **varlen):
+                  deterministic, rng_state, varlen=()):
     """Both backward bodies after their layout and device checks: the scalar
     and rng_state checks, then the kernels into dq, dk, dv (fresh buffers
-    where None); varlen: the cu_seqlens / max_seqlen keywords of
-    _kernels.backward. Returns dout, q and out as the kernels read them, for
-    softmax_d."""
+    where None); varlen: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    max_seqlen_k) of _kernels.backward. Returns dout, q and out as the
+    kernels read them, for softmax_d."""
     _check_forward_scalars(dropout_p, softmax_scale)
     if dropout_p > 0:
         _checks.rng_state(rng_state, dropout_p)
@@ -304,12 +299,9 @@ def _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, 
     dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
                           maybe_contiguous(v), maybe_contiguous(out))
     dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
-    _kernels.backward(
-        dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_size_left,
-        window_right=window_size_right, softcap=softcap, alibi_slopes=alibi_slopes,
-        dropout_p=dropout_p, seed=seed, offset=offset, deterministic=deterministic, **varlen,
-    )
+    _kernels.backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, softmax_scale, causal,
+                      window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, seed,
+                      offset, deterministic, *varlen)
     return dout, q, out
 
 
@@ -393,8 +385,7 @@ def varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, c
     dout, q, out = _run_backward(
         dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, softmax_scale, causal,
         window_size_left, window_size_right, softcap, alibi_slopes, deterministic, rng_state,
-        cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        (cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q, max_seqlen_k),
     )
     if not want_softmax_d:
         return None
