@@ -277,14 +277,16 @@ def _distinct(*tensors):
     autograd Functions then never receive one tensor twice, which
     torch.compile cannot trace. Gradients through the views add up as they
     would on the shared tensor."""
-    if len({id(t) for t in tensors}) == len(tensors):
-        return tensors
-    result = []
-    for i, t in enumerate(tensors):
+    # (identity by `is`, not id(): torch.compile cannot take id() of a
+    # tensor made inside the compiled function, such as a slice)
+    result = None
+    for i in range(1, len(tensors)):
+        t = tensors[i]
         if t is not None and any(t is s for s in tensors[:i]):
-            t = t.view_as(t)
-        result.append(t)
-    return result
+            if result is None:
+                result = list(tensors)
+            result[i] = t.view_as(t)
+    return tensors if result is None else result
 
 
 def _gradient_buffers(direct, like, shapes):
