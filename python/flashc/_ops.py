@@ -286,11 +286,24 @@ def _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, 
                   causal, window_size_left, window_size_right, softcap, alibi_slopes,
                   deterministic, rng_state, varlen=()):
     """Both backward bodies after their layout and device checks: the scalar
-    and rng_state checks, then the kernels into dq, dk, dv (fresh buffers
-    where None); varlen: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-    max_seqlen_k) of _kernels.backward. Returns dout, q and out as the
-    kernels read them, for softmax_d."""
+    checks, then backward_kernels. Returns dout, q and out as the kernels
+    read them, for softmax_d."""
     _check_forward_scalars(dropout_p, softmax_scale)
+    return backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p,
+                            softmax_scale, causal, window_size_left, window_size_right, softcap,
+                            alibi_slopes, deterministic, rng_state, varlen)
+
+
+def backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p,
+                     softmax_scale, causal, window_size_left, window_size_right, softcap,
+                     alibi_slopes, deterministic, rng_state, varlen=()):
+    """The backward's kernels into dq, dk, dv (fresh buffers where None),
+    with no checks of their own beyond rng_state (the C library validates
+    every argument again and writes nothing on error): for the bodies above,
+    after theirs, and for the autograd Functions, whose tensors are their
+    forward's (checked there) and whose dout autograd gives out's shape and
+    dtype. varlen: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    of _kernels.backward. Returns dout, q and out as the kernels read them."""
     if dropout_p > 0:
         _checks.rng_state(rng_state, dropout_p)
         seed, offset = _rng.replay(rng_state)

@@ -198,7 +198,9 @@ def _unpad(grad, head_dim):
 # are, which saves the dispatcher's overhead and the outputs the Functions
 # drop: S_dmask unless returned, the (0, 0) rng_state of a call without
 # dropout (the backward reads rng_state only with dropout, and takes None),
-# and the backward's softmax_d. torch.compile always sees the operators.
+# and the backward's softmax_d; the backward goes straight to the kernels
+# (_ops.backward_kernels: the forward checked its tensors). torch.compile
+# always sees the operators.
 
 
 def _forward(direct, q, k, v, o, return_softmax, return_lse):
@@ -226,23 +228,27 @@ def _varlen_forward(direct, q, k, v, varlen, o, return_softmax, return_lse):
 
 def _backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse):
     """flashc::_flash_attn_backward into dq, dk, dv, with the settings saved on ctx."""
-    args = (dout, q, k, v, out, softmax_lse, dq, dk, dv, *ctx.options, ctx.deterministic)
     if direct:
-        _ops.batched_backward(*args, rng_state, dlse, want_softmax_d=False)
+        _ops.backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, *ctx.options,
+                              ctx.deterministic, rng_state)
     else:
-        _wrapped_flash_attn_backward(*args, rng_state=rng_state, dlse=dlse)
+        _wrapped_flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, *ctx.options,
+                                     ctx.deterministic, rng_state=rng_state, dlse=dlse)
 
 
 def _varlen_backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
                      cu_seqlens_k, rng_state, dlse):
     """flashc::_flash_attn_varlen_backward into dq, dk, dv, with the settings
     saved on ctx."""
-    args = (dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
-            ctx.max_seqlen_q, ctx.max_seqlen_k, *ctx.options, ctx.deterministic)
     if direct:
-        _ops.varlen_backward(*args, rng_state, False, dlse, want_softmax_d=False)
+        _ops.backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, *ctx.options,
+                              ctx.deterministic, rng_state,
+                              (cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k))
     else:
-        _wrapped_flash_attn_varlen_backward(*args, rng_state=rng_state, dlse=dlse)
+        _wrapped_flash_attn_varlen_backward(
+            dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
+            ctx.max_seqlen_q, ctx.max_seqlen_k, *ctx.options, ctx.deterministic,
+            rng_state=rng_state, dlse=dlse)
 
 
 def _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse):
@@ -289,19 +295,23 @@ def _distinct(*tensors):
     return tensors if result is None else result
 
 
-def _gradient_buffers(direct, like, shapes):
+def _gradient_buffers(direct, likes, shapes):
     """Empty gradient buffers of the given shapes. Where a compiler could see
     them (anything but plain eager mode, see _ops.can_call_directly) they
     are carved from one allocation: separate torch.empty calls of equal
     shape can be merged into one buffer by a compiler (PyTorch 2.4's
     inductor does), after which the backward would write two gradients
     into the same memory. Eager allocations are never merged, and separate
-    ones cost less Python. `like`: a tensor of the buffers' dtype and
-    device."""
+    ones cost less Python. `likes`: q, k, v, whose dtype and device the
+    buffers take."""
     if direct:
-        return [like.new_empty(shape) for shape in shapes]
+        if len(shapes) == 3:  # separate q, k, v: as flash_attn, empty_like of each
+            # (where its last dim is contiguous: the kernels write rows)
+            return [torch.empty_like(t) if t.stride(-1) == 1 else t.new_empty(t.shape)
+                    for t in likes]
+        return [likes[0].new_empty(shape) for shape in shapes]
     sizes = [math.prod(shape) for shape in shapes]
-    flat = like.new_empty(sum(sizes))
+    flat = likes[0].new_empty(sum(sizes))
     return [chunk.view(shape) for chunk, shape in zip(flat.split(sizes), shapes)]
 
 
@@ -401,14 +411,14 @@ def _attention_backward(ctx, dout, dlse):
     if cu_seqlens:
         direct = _ops.can_call_directly(dout, q, k, v, out, softmax_lse, *cu_seqlens,
                                         ctx.options.alibi_slopes, rng_state, dlse)
-        buffers = _gradient_buffers(direct, q, shapes)
+        buffers = _gradient_buffers(direct, (q, k, v), shapes)
         dq, dk, dv = _unpacked(buffers)
         _varlen_backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens[0],
                          cu_seqlens[-1], rng_state, dlse)
     else:
         direct = _ops.can_call_directly(dout, q, k, v, out, softmax_lse,
                                         ctx.options.alibi_slopes, rng_state, dlse)
-        buffers = _gradient_buffers(direct, q, shapes)
+        buffers = _gradient_buffers(direct, (q, k, v), shapes)
         dq, dk, dv = _unpacked(buffers)
         _backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse)
     if not ctx.padded:

@@ -361,7 +361,7 @@ def _flash_backward(original, keyset, grad_out, query, key, value, out, logsumex
         reason = _unsupported((grad_out, query, key, value, out),
                               (query.shape[-1], value.shape[-1]), query.shape[-2],
                               key.shape[-2])
-    if reason is None and (cum_seq_k is None) != varlen:
+    if reason is None and (cum_seq_k is not None) != varlen:
         reason = "cum_seq_q without cum_seq_k"
     if reason is None and dropout_p > 0 and not _is_marker(unused):
         reason = "dropout forward by PyTorch's kernel"
