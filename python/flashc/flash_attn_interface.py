@@ -243,7 +243,8 @@ def _varlen_backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, c
     if direct:
         _ops.backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, *ctx.options,
                               ctx.deterministic, rng_state,
-                              (cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q, ctx.max_seqlen_k))
+                              (cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(),
+                               ctx.max_seqlen_q, ctx.max_seqlen_k))
     else:
         _wrapped_flash_attn_varlen_backward(
             dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,

@@ -198,6 +198,37 @@ def _newer_arguments(extra):
     return [name for name, value in extra.items() if value is not None]
 
 
+def _forward_reason(return_debug_mask, dropout_p, extra):
+    """Why a forward whose tensors flashc takes goes to PyTorch's kernel all
+    the same, or None."""
+    if return_debug_mask:
+        return "return_debug_mask"
+    if dropout_p > 0 and torch.cuda.is_current_stream_capturing():
+        return "dropout under CUDA graph capture"
+    newer = _newer_arguments(extra)
+    return f"arguments {newer}" if newer else None
+
+
+def _backward_reason(dropout_p, unused, extra):
+    """The same for a backward (`unused`: the forward's marker output)."""
+    if dropout_p > 0 and not _is_marker(unused):
+        return "dropout forward by PyTorch's kernel"
+    newer = _newer_arguments(extra)
+    return f"arguments {newer}" if newer else None
+
+
+def _staging(t):
+    """Where the kernels write t: t itself, or a fresh contiguous tensor
+    when t's rows are not aligned for the CUDA backend (copied back by
+    _unstage)."""
+    return t if _rows_aligned(t) else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+
+def _unstage(t, staged):
+    if staged is not t:
+        t.copy_(staged)
+
+
 # ---- the four replacements -------------------------------------------------------
 
 
@@ -208,12 +239,8 @@ def _sdpa_forward(original, keyset, query, key, value, dropout_p=0.0, is_causal=
     kwargs = dict(scale=scale, **extra)
     reason = _unsupported((query, key, value), (query.shape[-1], value.shape[-1]),
                           query.shape[1], key.shape[1]) if query.dim() == 4 else "not 4-D"
-    if reason is None and return_debug_mask:
-        reason = "return_debug_mask"
-    if reason is None and dropout_p > 0 and torch.cuda.is_current_stream_capturing():
-        reason = "dropout under CUDA graph capture"
-    if reason is None and _newer_arguments(extra):
-        reason = f"arguments {_newer_arguments(extra)}"
+    if reason is None:
+        reason = _forward_reason(return_debug_mask, dropout_p, extra)
     if reason is not None:
         return _fallback(reason, original, keyset, args, kwargs)
     out = _empty_like_layout(query, value.shape[-1])
@@ -223,8 +250,7 @@ def _sdpa_forward(original, keyset, query, key, value, dropout_p=0.0, is_causal=
     seed, offset, rng_state, unused = _dropout(query.device, dropout_p)
     q, k, v = (_aligned(t.transpose(1, 2)) for t in (query, key, value))
     out_bshd = out.transpose(1, 2)
-    target = out_bshd if _rows_aligned(out_bshd) else torch.empty(
-        out_bshd.shape, dtype=out.dtype, device=out.device)
+    target = _staging(out_bshd)
     try:
         _kernels.forward(q, k, v, target, lse, None, softmax_scale=_default_scale(scale, d),
                          causal=bool(is_causal), window_left=-1,
@@ -232,8 +258,7 @@ def _sdpa_forward(original, keyset, query, key, value, dropout_p=0.0, is_causal=
                          dropout_p=float(dropout_p), seed=seed, offset=offset)
     except FlashcError as e:
         return _fallback(f"flashc: {e.status_name}", original, keyset, args, kwargs)
-    if target is not out_bshd:
-        out_bshd.copy_(target)
+    _unstage(out_bshd, target)
     debug_mask = torch.empty(0, dtype=query.dtype, device=query.device)
     return out, lse, None, None, sq, sk, rng_state, unused, debug_mask
 
@@ -248,10 +273,8 @@ def _sdpa_backward(original, keyset, grad_out, query, key, value, out, logsumexp
     reason = _unsupported((grad_out, query, key, value, out),
                           (query.shape[-1], value.shape[-1]), query.shape[1], key.shape[1]) \
         if query.dim() == 4 else "not 4-D"
-    if reason is None and dropout_p > 0 and not _is_marker(philox_offset):
-        reason = "dropout forward by PyTorch's kernel"
-    if reason is None and _newer_arguments(extra):
-        reason = f"arguments {_newer_arguments(extra)}"
+    if reason is None:
+        reason = _backward_reason(dropout_p, philox_offset, extra)
     if reason is not None:
         return _fallback(reason, original, keyset, args, kwargs)
     grads = [_empty_like_layout(t, t.shape[-1]) for t in (query, key, value)]
@@ -271,8 +294,7 @@ def _run_backward(dout, q, k, v, out, lse, grads, dropout_p, rng_state, scale, c
     """flashc's backward into `grads` (copied there when their rows are not
     aligned for the CUDA backend)."""
     seed, offset = _replayed(dropout_p, rng_state)
-    targets = [g if _rows_aligned(g) else torch.empty(g.shape, dtype=g.dtype, device=g.device)
-               for g in grads]
+    targets = [_staging(g) for g in grads]
     _kernels.backward(_aligned(dout), _aligned(q), _aligned(k), _aligned(v), _aligned(out),
                       lse if lse.is_contiguous() else lse.contiguous(), None, *targets,
                       softmax_scale=scale, causal=causal, window_left=left, window_right=right,
@@ -280,8 +302,7 @@ def _run_backward(dout, q, k, v, out, lse, grads, dropout_p, rng_state, scale, c
                       offset=offset, deterministic=torch.are_deterministic_algorithms_enabled(),
                       **varlen)
     for g, t in zip(grads, targets):
-        if t is not g:
-            g.copy_(t)
+        _unstage(g, t)
 
 
 def _varlen_arguments(cum_seq_q, cum_seq_k, max_q, max_k, seqused_k=None):
@@ -313,12 +334,8 @@ def _flash_forward(original, keyset, query, key, value, cum_seq_q, cum_seq_k, ma
         reason = "cum_seq_q without cum_seq_k"
     if reason is None and seqused_k is not None and not varlen:
         reason = "seqused_k without cum_seq_q"
-    if reason is None and return_debug_mask:
-        reason = "return_debug_mask"
-    if reason is None and dropout_p > 0 and torch.cuda.is_current_stream_capturing():
-        reason = "dropout under CUDA graph capture"
-    if reason is None and _newer_arguments(extra):
-        reason = f"arguments {_newer_arguments(extra)}"
+    if reason is None:
+        reason = _forward_reason(return_debug_mask, dropout_p, extra)
     if reason is not None:
         return _fallback(reason, original, keyset, args, kwargs)
     out = _empty_like_layout(query, value.shape[-1])
@@ -328,8 +345,7 @@ def _flash_forward(original, keyset, query, key, value, cum_seq_q, cum_seq_k, ma
     seqlen_k = int(max_k) if varlen else key.shape[1]
     left, right = _window(is_causal, window_size_left, window_size_right, seqlen_k)
     seed, offset, rng_state, unused = _dropout(query.device, dropout_p)
-    target = out if _rows_aligned(out) else torch.empty(out.shape, dtype=out.dtype,
-                                                          device=out.device)
+    target = _staging(out)
     try:
         _kernels.forward(_aligned(query), _aligned(key), _aligned(value), target, lse, None,
                          softmax_scale=_default_scale(scale, query.shape[-1]),
@@ -339,8 +355,7 @@ def _flash_forward(original, keyset, query, key, value, cum_seq_q, cum_seq_k, ma
                          **_varlen_arguments(cum_seq_q, cum_seq_k, max_q, max_k, seqused_k))
     except FlashcError as e:
         return _fallback(f"flashc: {e.status_name}", original, keyset, args, kwargs)
-    if target is not out:
-        out.copy_(target)
+    _unstage(out, target)
     debug_mask = torch.empty(0, dtype=query.dtype, device=query.device)
     return out, lse, rng_state, unused, debug_mask
 
@@ -363,10 +378,8 @@ def _flash_backward(original, keyset, grad_out, query, key, value, out, logsumex
                               key.shape[-2])
     if reason is None and (cum_seq_k is not None) != varlen:
         reason = "cum_seq_q without cum_seq_k"
-    if reason is None and dropout_p > 0 and not _is_marker(unused):
-        reason = "dropout forward by PyTorch's kernel"
-    if reason is None and _newer_arguments(extra):
-        reason = f"arguments {_newer_arguments(extra)}"
+    if reason is None:
+        reason = _backward_reason(dropout_p, unused, extra)
     if reason is not None:
         return _fallback(reason, original, keyset, args, kwargs)
     seqlen_k = int(max_k) if varlen else key.shape[1]

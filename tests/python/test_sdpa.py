@@ -104,6 +104,12 @@ def grads_of(out, inputs, dout):
     return torch.autograd.grad(out, inputs, dout)
 
 
+def assert_grads_match(grads, wanted):
+    """dK and dV bit for bit (stable run to run); dQ is summed by atomics."""
+    assert torch.equal(grads[1], wanted[1]) and torch.equal(grads[2], wanted[2])
+    torch.testing.assert_close(grads[0], wanted[0], atol=2e-2, rtol=2e-2)
+
+
 def flashc_direct(q, k, v, causal, dropout_p=0.0, deterministic=False):
     """flashc.flash_attn_func on the (b, s, h, d) views of SDPA's tensors."""
     out = flashc.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
@@ -139,9 +145,7 @@ def test_sdpa_matches_flashc(shape, dtype):
     want = flashc_direct(q, k, v, causal)
     wq, wk, wv = grads_of(want, (q, k, v), dout)
     assert torch.equal(out, want)
-    # dK and dV are bitwise stable run to run; dQ is summed by atomics
-    assert torch.equal(dk, wk) and torch.equal(dv_, wv)
-    torch.testing.assert_close(dq, wq, atol=2e-2, rtol=2e-2)
+    assert_grads_match((dq, dk, dv_), (wq, wk, wv))
     # and both against PyTorch's math backend in float32
     with attention.sdpa_kernel(attention.SDPBackend.MATH):
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,
@@ -182,8 +186,7 @@ def test_sdpa_dropout_is_flashc_dropout():
     want = flashc_direct(q, k, v, True, dropout_p=0.3)
     wgrads = grads_of(want, (q, k, v), dout)
     assert torch.equal(out, want)
-    assert torch.equal(grads[1], wgrads[1]) and torch.equal(grads[2], wgrads[2])
-    torch.testing.assert_close(grads[0], wgrads[0], atol=2e-2, rtol=2e-2)
+    assert_grads_match(grads, wgrads)
 
 
 @needs_registry
@@ -224,8 +227,7 @@ def test_unserved_calls_fall_back_to_pytorch():
     counts = sdpa.fallback_counts()
     assert set(counts) == {"return_debug_mask", "dropout forward by PyTorch's kernel"}, counts
     assert torch.equal(got[0], want[0]) and torch.equal(got[-1], want[-1])
-    assert torch.equal(grads[1], wgrads[1]) and torch.equal(grads[2], wgrads[2])
-    torch.testing.assert_close(grads[0], wgrads[0], atol=2e-2, rtol=2e-2)
+    assert_grads_match(grads, wgrads)
 
 
 @needs_registry
@@ -253,8 +255,7 @@ def test_varlen_attn_matches_flashc():
                                          causal=True)
     wgrads = grads_of(want, (q, k, v), dout)
     assert torch.equal(out, want)
-    assert torch.equal(grads[1], wgrads[1]) and torch.equal(grads[2], wgrads[2])
-    torch.testing.assert_close(grads[0], wgrads[0], atol=2e-2, rtol=2e-2)
+    assert_grads_match(grads, wgrads)
 
 
 @needs_registry
@@ -292,8 +293,7 @@ def test_flash_attention_operators_with_window_and_alibi():
     ref = flashc.flash_attn_func(*leaves, softmax_scale=0.2, causal=True)
     assert torch.equal(out, ref.detach())
     wgrads = torch.autograd.grad(ref, leaves, dout)
-    assert torch.equal(grads[1], wgrads[1]) and torch.equal(grads[2], wgrads[2])
-    torch.testing.assert_close(grads[0], wgrads[0], atol=2e-2, rtol=2e-2)
+    assert_grads_match(grads, wgrads)
     assert all(torch.isfinite(g).all() for g in (dq, dk, dv))
 
 
