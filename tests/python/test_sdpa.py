@@ -190,6 +190,29 @@ def test_sdpa_dropout_is_flashc_dropout():
 
 
 @needs_registry
+def test_sdpa_under_torch_compile():
+    """A compiled function's SDPA calls run flashc's kernels too (inductor
+    calls the operators at run time): the eager results, bit for bit for
+    out, dK and dV."""
+    skip_unless_device("cuda")
+    q, k, v = cuda_inputs(2, 4, 4, 200, 200, 64)
+    dout = torch.randn_like(q)
+
+    def step(q, k, v):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out, torch.autograd.grad(out, (q, k, v), dout)
+
+    sdpa.fallback_counts(reset=True)
+    with flashc_active(), flash_backend():
+        want, wgrads = step(q, k, v)
+        torch._dynamo.reset()
+        got, grads = torch.compile(step)(q, k, v)
+    assert sdpa.fallback_counts() == {}
+    assert torch.equal(got, want)
+    assert_grads_match(grads, wgrads)
+
+
+@needs_registry
 def test_profiler_shows_flashc_kernels():
     skip_unless_device("cuda")
     from torch.profiler import ProfilerActivity, profile
