@@ -111,6 +111,11 @@ def attention_options(dropout_p, softmax_scale, causal, window, softcap, determi
                       window_names=("window_size[0]", "window_size[1]")):
     """The scalar arguments shared by every attention entry point;
     window_names: what the caller calls the window's two bounds."""
+    if (type(dropout_p) is float and (softmax_scale is None or type(softmax_scale) is float)
+            and type(causal) is bool and type(window) is tuple and len(window) == 2
+            and type(window[0]) is int and type(window[1]) is int and type(softcap) is float
+            and type(deterministic) is bool):
+        return dropout_p, softmax_scale, causal, window, softcap, deterministic  # as given
     return (as_float(dropout_p, "dropout_p", _cabi.ERROR_DROPOUT),
             as_optional_float(softmax_scale, "softmax_scale", _cabi.ERROR_SCALE),
             as_bool(causal, "causal"),
