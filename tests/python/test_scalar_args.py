@@ -259,3 +259,24 @@ def test_compile_fullgraph_with_python_and_numpy_integers():
     for window in ((5, 2), (np.int64(4), np.int64(1)), torch.tensor([3, 0])):
         expected = fn(q, k, v, window)
         assert torch.equal(compiled(q, k, v, window), expected), repr(window)
+
+
+def test_compile_dynamic_max_seqlen_is_not_specialised():
+    """A max_seqlen read off a size under torch.compile(dynamic=True) stays
+    symbolic through the conversion: new lengths reuse the one graph."""
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def fn(q, cu):
+        return flashc.flash_attn_varlen_func(q, q, q, cu, cu, q.shape[0], q.shape[0],
+                                             causal=True)
+
+    compiled = torch.compile(fn, backend=count, dynamic=True)
+    for lengths in ((10, 20), (15, 30), (32, 32)):
+        q = torch.randn(sum(lengths), 2, 8)
+        cu = cu_seqlens_from_lengths(lengths)
+        assert torch.equal(compiled(q, cu), fn(q, cu)), lengths
+    assert len(graphs) == 1, f"{len(graphs)} graphs for three lengths"
