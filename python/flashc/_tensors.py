@@ -63,23 +63,20 @@ DESCRIPTOR_SIZE = ctypes.sizeof(_cabi.Tensor)
 DESCRIPTOR_ALIGNMENT = ctypes.alignment(_cabi.Tensor)
 
 
-def _device_of(t, name):
-    if t.is_cuda:
-        return _cabi.DEVICE_CUDA, t.get_device()
-    if t.is_cpu:
-        return _cabi.DEVICE_CPU, 0
-    raise FlashcValueError(
-        _cabi.ERROR_DEVICE, f"{name}: device {t.device} is not supported (cpu or cuda)"
-    )
-
-
 def write_descriptor(buffer, offset, t, name):
     """Writes a flashc_tensor describing `t` (which must stay alive while
     the descriptor is used) at `offset` bytes into the ctypes `buffer`."""
     code = _DTYPE_CODES.get(t.dtype)
     if code is None:
         raise FlashcTypeError(_cabi.ERROR_DTYPE, f"{name}: dtype {t.dtype} is not supported")
-    device, index = _device_of(t, name)
+    if t.is_cuda:
+        device, index = _cabi.DEVICE_CUDA, t.get_device()
+    elif t.is_cpu:
+        device, index = _cabi.DEVICE_CPU, 0
+    else:
+        raise FlashcValueError(
+            _cabi.ERROR_DEVICE, f"{name}: device {t.device} is not supported (cpu or cuda)"
+        )
     shape = t.shape
     rank = len(shape)
     if not 1 <= rank <= _cabi.MAX_RANK:
