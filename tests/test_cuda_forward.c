@@ -165,7 +165,8 @@ static void head_dims(void **state) {
     REQUIRE_GPU();
     static const int64_t dims[] = {8, 24, 40, 64, 72, 96, 128, 160, 192, 200, 256};
     static const int64_t pairs[][2] = {{64, 32}, {32, 128}, {8, 256}, {256, 8},
-                                       {128, 64}, {200, 256}, {40, 72}, {256, 128}};
+                                       {128, 64}, {200, 256}, {40, 72}, {256, 128},
+                                       {192, 128}, {176, 120}, {160, 64}};
     int n = 0;
     for (int t = 0; t < 2; ++t)
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
@@ -179,6 +180,13 @@ static void head_dims(void **state) {
         test_config c = shaped(alternate((int)i), 2, 2, 1, pairs[i][0], pairs[i][1], 70, 45);
         c.options.window_left = (int64_t)i * 3;
         c.options.window_right = 2;
+        cfgs[n++] = c;
+    }
+    /* q/k 192, v 128 over several key blocks of its own tile, both masks */
+    for (int t = 0; t < 2; ++t) {
+        test_config c = shaped(alternate(t), 1, 2, 1, 192, 128, t ? 333 : 129, t ? 517 : 300);
+        c.options.causal = t;
+        c.options.softcap = t ? 0.0 : 4.0;
         cfgs[n++] = c;
     }
     int shared = grid_head_dims(cfgs + n, FLASHC_DTYPE_BFLOAT16);

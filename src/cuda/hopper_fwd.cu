@@ -33,12 +33,11 @@ static bool forced_portable(void) {
 
 cudaError_t flashc_hopper_fwd(const flashc_fwd_params *p, void *stream, int is_bf16, int general) {
     if (forced_portable() || !flashc_hopper_current_device()) return cudaErrorNotSupported;
-    const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     flashc_hopper_fwd_maps maps;
-#define FLASHC_HOPPER_TRY_CONFIG(HEAD_DIM, BLOCK_N, BLOCK_N_GENERAL, OVERLAP)                                \
-    if (d <= HEAD_DIM) {                                                                             \
+#define FLASHC_HOPPER_TRY_CONFIG(DQK, DV, BLOCK_N, BLOCK_N_GENERAL, OVERLAP, PINGPONG)                       \
+    if (p->head_dim <= DQK && p->head_dim_v <= DV) {                                                      \
         if (!make_maps(&maps, p, is_bf16, general ? BLOCK_N_GENERAL : BLOCK_N)) return cudaErrorNotSupported; \
-        return flashc_hopper_fwd_run_hdim##HEAD_DIM(p, &maps, stream, is_bf16, general);             \
+        return flashc_hopper_fwd_run_##DQK##x##DV(p, &maps, stream, is_bf16, general);                   \
     }
     FLASHC_HOPPER_FWD_CONFIGS(FLASHC_HOPPER_TRY_CONFIG)
 #undef FLASHC_HOPPER_TRY_CONFIG

@@ -1,8 +1,10 @@
-/* Tile shapes of the Hopper forward, one per compiled head dim: a head dim
- * d (and value head dim dv) runs in the smallest HEAD_DIM >= max(d, dv).
+/* Tile shapes of the Hopper forward, one per compiled pair of head dims: a
+ * problem of head dim d and value head dim dv runs in the first row below
+ * with D_QK >= d and D_V >= dv (TMA fills the columns past d and dv with
+ * zeros, which add nothing to S and land in output columns never stored).
  * BLOCK_M is fixed at 128 (two consumer warpgroups of 64 rows); BLOCK_N
  * keys per step, two stages of K and V in shared memory (at most 227 KiB).
- * Registers per consumer thread (240): O = HEAD_DIM / 2, S = BLOCK_N / 2,
+ * Registers per consumer thread (240): O = D_V / 2, S = BLOCK_N / 2,
  * P = BLOCK_N / 4, plus addressing and the softmax state; the general
  * variant (softcap, ALiBi, dropout: tanh and Philox need registers) runs
  * narrower key blocks, BLOCK_N_GENERAL, the widest without spills
@@ -23,19 +25,25 @@
 #define FLASHC_HOPPER_CONSUMER_REGISTERS 240
 #define FLASHC_HOPPER_STAGES 2
 
-#define FLASHC_HOPPER_FWD_CONFIGS(X)                    \
-    /* HEAD_DIM BLOCK_N BLOCK_N_GENERAL INTRA_WG_OVERLAP */ \
-    X(64, 128, 64, 0)                                      \
-    X(128, 128, 64, 1)                                     \
-    X(256, 64, 32, 1)
+/* Named barriers: 1 joins the consumer warpgroups; 2 + w is consumer
+ * warpgroup w's turn to issue GEMMs (PINGPONG). 0 is __syncthreads. */
+#define FLASHC_HOPPER_CONSUMERS_BARRIER 1
+#define FLASHC_HOPPER_TURN_BARRIER 2
 
-template <int HEAD_DIM>
+#define FLASHC_HOPPER_FWD_CONFIGS(X)                                    \
+    /* D_QK D_V BLOCK_N BLOCK_N_GENERAL INTRA_WG_OVERLAP PINGPONG */     \
+    X(64, 64, 128, 64, 0, 1)                                           \
+    X(128, 128, 128, 64, 1, 1)                                         \
+    X(192, 128, 128, 64, 1, 1)                                         \
+    X(256, 256, 64, 32, 1, 1)
+
+template <int D_QK, int D_V>
 struct flashc_hopper_fwd_config;
-#define FLASHC_HOPPER_FWD_CONFIG_STRUCT(D, BN, BNG, OVERLAP)      \
-    template <>                                                   \
-    struct flashc_hopper_fwd_config<D> {                          \
-        static constexpr int BLOCK_N = BN, BLOCK_N_GENERAL = BNG; \
-        static constexpr bool INTRA_WG_OVERLAP = OVERLAP;         \
+#define FLASHC_HOPPER_FWD_CONFIG_STRUCT(DQK, DV, BN, BNG, OVERLAP, PP) \
+    template <>                                                        \
+    struct flashc_hopper_fwd_config<DQK, DV> {                         \
+        static constexpr int BLOCK_N = BN, BLOCK_N_GENERAL = BNG;      \
+        static constexpr bool INTRA_WG_OVERLAP = OVERLAP, PINGPONG = PP; \
     };
 FLASHC_HOPPER_FWD_CONFIGS(FLASHC_HOPPER_FWD_CONFIG_STRUCT)
 #undef FLASHC_HOPPER_FWD_CONFIG_STRUCT

@@ -1,7 +1,7 @@
 /* Launching one Hopper forward configuration (hopper_fwd_config.h): the
- * four kernels of a head dim (float16 / bfloat16 x plain / general), the
- * shared-memory opt-in and the flat grid. Each hopper_fwd_hdim*.cu
- * instantiates one head dim. */
+ * four kernels of a pair of head dims (float16 / bfloat16 x plain /
+ * general), the shared-memory opt-in and the flat grid. Each
+ * hopper_fwd_hdim*.cu instantiates one pair. */
 #ifndef FLASHC_CUDA_HOPPER_FWD_LAUNCH_CUH
 #define FLASHC_CUDA_HOPPER_FWD_LAUNCH_CUH
 
@@ -13,13 +13,13 @@
 #include "smem_optin.cuh"
 #include "launch_grid.h"
 
-template <typename T, int HEAD_DIM, bool GENERAL>
+template <typename T, int D_QK, int D_V, bool GENERAL>
 static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const flashc_hopper_fwd_maps &maps,
                                             cudaStream_t stream) {
-    typedef flashc_hopper_fwd_config<HEAD_DIM> C;
+    typedef flashc_hopper_fwd_config<D_QK, D_V> C;
     constexpr int BLOCK_N = GENERAL ? C::BLOCK_N_GENERAL : C::BLOCK_N;
-    auto kernel = flashc_hopper_fwd_kernel<T, HEAD_DIM, BLOCK_N, GENERAL>;
-    constexpr int smem = flashc_hopper_fwd_smem<HEAD_DIM, BLOCK_N>::BYTES;
+    auto kernel = flashc_hopper_fwd_kernel<T, D_QK, D_V, BLOCK_N, GENERAL>;
+    constexpr int smem = flashc_hopper_fwd_smem<D_QK, D_V, BLOCK_N>::BYTES;
     static unsigned long long smem_raised;
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;
@@ -30,15 +30,15 @@ static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const fl
     return cudaGetLastError();
 }
 
-#define FLASHC_HOPPER_FWD_DEFINE_RUN(HEAD_DIM)                                                                  \
-    cudaError_t flashc_hopper_fwd_run_hdim##HEAD_DIM(const flashc_fwd_params *p, const flashc_hopper_fwd_maps *m, \
-                                                     void *stream, int is_bf16, int general) {                  \
+#define FLASHC_HOPPER_FWD_DEFINE_RUN(DQK, DV)                                                                   \
+    cudaError_t flashc_hopper_fwd_run_##DQK##x##DV(const flashc_fwd_params *p, const flashc_hopper_fwd_maps *m,   \
+                                                   void *stream, int is_bf16, int general) {                    \
         cudaStream_t s = (cudaStream_t)stream;                                                                 \
         if (is_bf16)                                                                                           \
-            return general ? flashc_hopper_fwd_launch<__nv_bfloat16, HEAD_DIM, true>(*p, *m, s)                 \
-                           : flashc_hopper_fwd_launch<__nv_bfloat16, HEAD_DIM, false>(*p, *m, s);               \
-        return general ? flashc_hopper_fwd_launch<__half, HEAD_DIM, true>(*p, *m, s)                            \
-                       : flashc_hopper_fwd_launch<__half, HEAD_DIM, false>(*p, *m, s);                          \
+            return general ? flashc_hopper_fwd_launch<__nv_bfloat16, DQK, DV, true>(*p, *m, s)                  \
+                           : flashc_hopper_fwd_launch<__nv_bfloat16, DQK, DV, false>(*p, *m, s);                \
+        return general ? flashc_hopper_fwd_launch<__half, DQK, DV, true>(*p, *m, s)                             \
+                       : flashc_hopper_fwd_launch<__half, DQK, DV, false>(*p, *m, s);                           \
     }
 
 #endif

@@ -69,6 +69,12 @@ static __device__ __forceinline__ void flashc_named_barrier(int id, int threads)
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/* Counts the calling warps towards named barrier `id` of `threads` threads
+ * without waiting for it. */
+static __device__ __forceinline__ void flashc_named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /* Lower / raise this warpgroup's register allocation (all its warps run
  * it; the kernel needs a register cap at entry: __launch_bounds__(n, 1)). */
 template <int REGISTERS>
