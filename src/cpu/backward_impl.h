@@ -72,12 +72,15 @@ static void fc_bwd_transpose_tiles(const flashc_problem *p, const flashc_cpu_bwd
         flashc_seq_info seq = flashc_problem_seq(p, b);
         int64_t r0 = rb * FC_BM;
         if (r0 >= seq.sq) continue;
-        int64_t rows = seq.sq - r0 < FC_BM ? seq.sq - r0 : FC_BM;
+        fc_tile_ctx t = {.sq = seq.sq};
+        fc_set_row_tile(&t, r0);
         int64_t tile_row = flashc_cpu_bwd_query_row(p, b) + r0;
         fc_pack_rows_transposed(fc_ws_region(p, L->qt_offset) + (h * L->query_rows + tile_row) * d,
-                                &p->q, b, seq.q_start + r0, rows, h, d, qscale, s->row_a);
+                                &p->q, b, seq.q_start + r0, t.rows, t.rows_pad, h, d, qscale,
+                                s->row_a);
         fc_pack_rows_transposed(fc_ws_region(p, L->dot_offset) + (h * L->query_rows + tile_row) * dv,
-                                &p->dout, b, seq.q_start + r0, rows, h, dv, 1, s->row_a);
+                                &p->dout, b, seq.q_start + r0, t.rows, t.rows_pad, h, dv, 1,
+                                s->row_a);
     }
 }
 
@@ -155,15 +158,15 @@ static fc_bwd_rows fc_bwd_load_rows(const flashc_problem *p, const fc_tile_ctx *
     int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d), dvp = fc_round_vl(dv);
     int64_t b = t->b, h = t->h, row0 = seq->q_start + t->r0;
     fc_bwd_rows r;
-    r.Q = fc_tile_panel(s->Q, dp, FC_BM, &p->q, b, row0, t->rows, h, d, 1);
-    r.dO = fc_tile_panel(s->dO, dvp, FC_BM, &p->dout, b, row0, t->rows, h, dv, 1);
+    r.Q = fc_tile_panel(s->Q, dp, t->rows_pad, &p->q, b, row0, t->rows, h, d, 1);
+    r.dO = fc_tile_panel(s->dO, dvp, t->rows_pad, &p->dout, b, row0, t->rows, h, dv, 1);
     const real *lse2 = fc_ws_region(p, L->lse2_offset) + h * p->total_q;
     const real *dsum = fc_ws_region(p, L->dsum_offset) + h * p->total_q;
     r.ws_row0 = fc_ws_row(p, b, seq, t->r0);
     int64_t tile_row = flashc_cpu_bwd_query_row(p, b) + t->r0;
     r.Qt = fc_ws_region(p, L->qt_offset) + (h * L->query_rows + tile_row) * d;
     r.dOt = fc_ws_region(p, L->dot_offset) + (h * L->query_rows + tile_row) * dv;
-    for (int64_t i = 0; i < FC_BM; ++i) {
+    for (int64_t i = 0; i < t->rows_pad; ++i) {
         /* Padding rows: P = exp2(s - inf) = 0, so they add nothing. */
         s->lse2[i] = i < t->rows ? lse2[r.ws_row0 + i] : (real)INFINITY;
         s->dsum[i] = i < t->rows ? dsum[r.ws_row0 + i] : 0;
@@ -178,36 +181,38 @@ static void fc_bwd_pair(const flashc_problem *p, const fc_tile_ctx *t, const fla
                         ptrdiff_t ldv, int first, fc_bwd_scratch *s) {
     int64_t d = p->head_dim, dv = p->head_dim_v, dp = fc_round_vl(d), dvp = fc_round_vl(dv);
     int64_t key_row0 = seq->k_start + t->c0;
-    fc_panel K = fc_tile_panel(s->K, dp, FC_BN, &p->k, t->b, key_row0, t->cols, hk, d, 1);
-    fc_panel V = fc_tile_panel(s->V, dv, FC_BN, &p->v, t->b, key_row0, t->cols, hk, dv, 0);
+    int M = (int)t->cols_pad, N = (int)t->rows_pad; /* the computed tile (see FC_ROW_STEP) */
+    fc_panel K = fc_tile_panel(s->K, dp, M, &p->k, t->b, key_row0, t->cols, hk, d, 1);
+    fc_panel V = fc_tile_panel(s->V, dv, M, &p->v, t->b, key_row0, t->cols, hk, dv, 0);
 
     /* P = exp2(logit - LSE2), masked entries 0. */
-    fc_gemm(FC_BN, FC_BM, (int)d, K.data, K.ld, 1, rows->Qt, FC_BM, s->P, FC_BM, 0);
+    fc_gemm(M, N, (int)d, K.data, K.ld, 1, rows->Qt, FC_BM, s->P, FC_BM, 0);
     int softcap = p->softcap > 0;
     fc_tile_logits(s->P, softcap ? s->T : NULL, t);
     if (!fc_tile_fully_visible(p, t)) fc_tile_mask(s->P, p, t);
-    for (int64_t j = 0; j < FC_BN; ++j)
-        for (int iv = 0; iv < FC_BM; iv += VL)
+    for (int64_t j = 0; j < M; ++j)
+        for (int iv = 0; iv < N; iv += VL)
             vstore(s->P + j * FC_BM + iv, vexp2(vload(s->P + j * FC_BM + iv) - vload(s->lse2 + iv)));
 
     /* dP = dO V^T; with dropout, P_dropped and dP_dropped. */
-    fc_gemm(FC_BN, FC_BM, (int)dv, V.data, V.ld, 1, rows->dOt, FC_BM, s->dP, FC_BM, 0);
+    fc_gemm(M, N, (int)dv, V.data, V.ld, 1, rows->dOt, FC_BM, s->dP, FC_BM, 0);
     const real *Pdrop = s->P;
     if (p->dropout_p > 0) {
         real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));
-        for (int64_t x = 0; x < FC_BN * FC_BM; ++x) s->Pd[x] = s->P[x] * keep_scale;
+        for (int64_t j = 0; j < M; ++j)
+            for (int64_t i = 0; i < N; ++i) s->Pd[j * FC_BM + i] = s->P[j * FC_BM + i] * keep_scale;
         fc_tile_dropout(p, t, s->Pd, s->dP, keep_scale);
         Pdrop = s->Pd;
     }
 
     /* dV += P_dropped^T dO. */
-    fc_gemm(FC_BN, (int)dvp, FC_BM, Pdrop, FC_BM, 1, rows->dO.data, rows->dO.ld, dV, ldv, 1);
+    fc_gemm(M, (int)dvp, N, Pdrop, FC_BM, 1, rows->dO.data, rows->dO.ld, dV, ldv, 1);
 
     /* dS = P (dP - D) (softcap: times 1 - tanh^2), times the softmax scale:
      * the gradient w.r.t. the raw dot products. */
     real scale = (real)p->scale;
-    for (int64_t j = 0; j < FC_BN; ++j)
-        for (int iv = 0; iv < FC_BM; iv += VL) {
+    for (int64_t j = 0; j < M; ++j)
+        for (int iv = 0; iv < N; iv += VL) {
             int64_t at = j * FC_BM + iv;
             vr ds = vload(s->P + at) * (vload(s->dP + at) - vload(s->dsum + iv)) * scale;
             if (softcap) {
@@ -218,8 +223,8 @@ static void fc_bwd_pair(const flashc_problem *p, const fc_tile_ctx *t, const fla
         }
 
     /* dK += dS^T Q;  dQ (+)= dS K. */
-    fc_gemm(FC_BN, (int)dp, FC_BM, s->dP, FC_BM, 1, rows->Q.data, rows->Q.ld, dK, ldk, 1);
-    fc_gemm(FC_BM, (int)dp, FC_BN, s->dP, 1, FC_BM, K.data, K.ld, s->dQ, dp, !first);
+    fc_gemm(M, (int)dp, N, s->dP, FC_BM, 1, rows->Q.data, rows->Q.ld, dK, ldk, 1);
+    fc_gemm(N, (int)dp, M, s->dP, 1, FC_BM, K.data, K.ld, s->dQ, dp, !first);
 }
 
 static void fc_bwd_task(const flashc_problem *p, const flashc_cpu_bwd_layout *L, int64_t b,
@@ -236,17 +241,19 @@ static void fc_bwd_task(const flashc_problem *p, const flashc_cpu_bwd_layout *L,
     ptrdiff_t ldk = (ptrdiff_t)(p->nheads_k * L->ld_dk), ldv = (ptrdiff_t)(p->nheads_k * L->ld_dv);
     real *dK = fc_ws_region(p, L->dk_offset) + key_row * ldk + hk * L->ld_dk;
     real *dV = fc_ws_region(p, L->dv_offset) + key_row * ldv + hk * L->ld_dv;
-    for (int64_t kb = chunk; kb < key_tiles; kb += nchunks)
-        for (int64_t j = kb * FC_BN; j < (kb + 1) * FC_BN; ++j) {
+    for (int64_t kb = chunk; kb < key_tiles; kb += nchunks) {
+        fc_tile_ctx key = {.sk = seq.sk};
+        fc_set_key_tile(&key, kb);
+        for (int64_t j = key.c0; j < key.c0 + key.cols_pad; ++j) { /* the rows fc_bwd_pair adds to */
             memset(dK + j * ldk, 0, sizeof(real) * (size_t)L->ld_dk);
             memset(dV + j * ldv, 0, sizeof(real) * (size_t)L->ld_dv);
         }
+    }
 
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         fc_tile_ctx t = fc_make_ctx(p, b, h, &seq, 0);
         for (int64_t rb = 0; rb < row_tiles; ++rb) {
-            t.r0 = rb * FC_BM;
-            t.rows = seq.sq - t.r0 < FC_BM ? seq.sq - t.r0 : FC_BM;
+            fc_set_row_tile(&t, rb * FC_BM);
             int64_t kb0, kb1;
             fc_visible_key_tiles(p, &t, &kb0, &kb1);
             /* First key tile of this chunk at or after kb0. */

@@ -53,18 +53,11 @@ static fc_tile_ctx fc_make_ctx(const flashc_problem *p, int64_t b, int64_t h,
     t.h = h;
     t.sq = seq->sq;
     t.sk = seq->sk;
-    t.r0 = r0;
-    t.rows = seq->sq - r0 < FC_BM ? seq->sq - r0 : FC_BM;
-    t.c0 = 0;
-    t.cols = 0;
+    fc_set_row_tile(&t, r0);
+    t.c0 = t.cols = t.cols_pad = 0;
     t.softcap_log2 = p->softcap > 0 ? (real)(p->softcap * FC_LOG2E) : 0;
     t.alibi_slope = flashc_problem_alibi_slope(p, b, h);
     return t;
-}
-
-static void fc_set_key_tile(fc_tile_ctx *t, int64_t kb) {
-    t->c0 = kb * FC_BN;
-    t->cols = t->sk - t->c0 < FC_BN ? t->sk - t->c0 : FC_BN;
 }
 
 /* Range of key tiles [*kb0, *kb1) the rows of tile t can see. */
@@ -86,8 +79,10 @@ static void fc_visible_key_tiles(const flashc_problem *p, const fc_tile_ctx *t, 
 static void fc_fwd_logit_tile(const flashc_problem *p, const fc_tile_ctx *t, int64_t hk,
                               const flashc_seq_info *seq, fc_fwd_scratch *s) {
     int64_t d = p->head_dim;
-    fc_panel k = fc_tile_panel(s->K, d, FC_BN, &p->k, t->b, seq->k_start + t->c0, t->cols, hk, d, 0);
-    fc_gemm(FC_BN, FC_BM, (int)d, k.data, k.ld, 1, s->Qt, FC_BM, s->S, FC_BM, 0);
+    fc_panel k = fc_tile_panel(s->K, d, t->cols_pad, &p->k, t->b, seq->k_start + t->c0, t->cols,
+                               hk, d, 0);
+    fc_gemm((int)t->cols_pad, (int)t->rows_pad, (int)d, k.data, k.ld, 1, s->Qt, FC_BM, s->S, FC_BM,
+            0);
     fc_tile_logits(s->S, NULL, t);
     if (!fc_tile_fully_visible(p, t)) fc_tile_mask(s->S, p, t);
 }
@@ -143,13 +138,13 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
     int64_t hk = h / (p->nheads / p->nheads_k);
     fc_tile_ctx t = fc_make_ctx(p, b, h, &seq, r0);
 
-    fc_pack_rows_transposed(s->Qt, &p->q, b, seq.q_start + r0, t.rows, h, d, fc_query_scale(p),
-                            s->row_tmp);
-    for (int i = 0; i < FC_BM; ++i) {
+    fc_pack_rows_transposed(s->Qt, &p->q, b, seq.q_start + r0, t.rows, t.rows_pad, h, d,
+                            fc_query_scale(p), s->row_tmp);
+    for (int i = 0; i < t.rows_pad; ++i) {
         s->m[i] = -(real)INFINITY;
         s->l[i] = 0;
     }
-    for (int64_t x = 0; x < FC_BM * dvp; ++x) s->O[x] = 0;
+    for (int64_t x = 0; x < t.rows_pad * dvp; ++x) s->O[x] = 0;
 
     int64_t kb0, kb1;
     fc_visible_key_tiles(p, &t, &kb0, &kb1);
@@ -157,19 +152,20 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
     for (int64_t kb = kb0; kb < kb1; ++kb) {
         fc_set_key_tile(&t, kb);
         fc_fwd_logit_tile(p, &t, hk, &seq, s);
-        fc_panel v = fc_tile_panel(s->V, dvp, FC_BN, &p->v, b, seq.k_start + t.c0, t.cols, hk, dv, 1);
+        fc_panel v = fc_tile_panel(s->V, dvp, t.cols_pad, &p->v, b, seq.k_start + t.c0, t.cols, hk,
+                                   dv, 1);
 
         /* Online softmax, vectorised over the rows. */
-        for (int iv = 0; iv < FC_BM; iv += VL) {
+        for (int iv = 0; iv < t.rows_pad; iv += VL) {
             vr mx = neg_inf;
-            for (int j = 0; j < FC_BN; ++j) mx = vmax(mx, vload(s->S + j * FC_BM + iv));
+            for (int j = 0; j < t.cols_pad; ++j) mx = vmax(mx, vload(s->S + j * FC_BM + iv));
             vr m_old = vload(s->m + iv);
             vr m_new = vmax(m_old, mx);
             /* A row with nothing visible yet keeps m = -inf; subtract 0. */
             vr m_use = vselect(m_new == neg_inf, vsplat(0), m_new);
             vr alpha = vexp2(m_old - m_use);
             vr sum = vsplat(0);
-            for (int j = 0; j < FC_BN; ++j) {
+            for (int j = 0; j < t.cols_pad; ++j) {
                 vr pv = vexp2(vload(s->S + j * FC_BM + iv) - m_use);
                 vstore(s->S + j * FC_BM + iv, pv);
                 sum += pv;
@@ -179,14 +175,15 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
             vstore(s->alpha + iv, alpha);
         }
         if (p->dropout_p > 0) fc_tile_dropout(p, &t, s->S, NULL, 0);
-        for (int i = 0; i < FC_BM; ++i) {
+        for (int i = 0; i < t.rows_pad; ++i) {
             real a = s->alpha[i];
             if (a != 1) {
                 real *o = s->O + i * dvp;
                 for (int64_t x = 0; x < dvp; ++x) o[x] *= a;
             }
         }
-        fc_gemm(FC_BM, (int)dvp, FC_BN, s->S, 1, FC_BM, v.data, v.ld, s->O, dvp, 1);
+        fc_gemm((int)t.rows_pad, (int)dvp, (int)t.cols_pad, s->S, 1, FC_BM, v.data, v.ld, s->O, dvp,
+                1);
     }
 
     real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));

@@ -20,6 +20,12 @@
  * per tile. Both multiples of MR and of every VL. */
 #define FC_BM 64
 #define FC_BN 64
+/* A tile with fewer rows or columns (the last one of a sequence, or a whole
+ * short sequence) is computed over its rows rounded up to FC_ROW_STEP (a
+ * whole number of vectors, and of MR when rows are a product's M) and its
+ * columns rounded up to MR, not over FC_BM x FC_BN: the entries in between
+ * are padding, masked like hidden ones. VL and MR are powers of two. */
+#define FC_ROW_STEP (VL > MR ? VL : MR)
 
 static inline int64_t fc_round_vl(int64_t n) { return (n + VL - 1) / VL * VL; }
 
@@ -94,11 +100,12 @@ static fc_panel fc_tile_panel(real *dst, int64_t ld_packed, int64_t rows_pad,
     return panel;
 }
 
-/* The same rows transposed: dst[x * FC_BM + i], x < n, i < FC_BM (rows
+/* The same rows transposed: dst[x * FC_BM + i], x < n, i < rows_pad (rows
  * beyond `rows` zero). */
 static void fc_pack_rows_transposed(real *dst, const flashc_seq_tensor *t, int64_t b, int64_t row0,
-                                    int64_t rows, int64_t h, int64_t n, real scale, real *row_tmp) {
-    for (int64_t i = 0; i < FC_BM; ++i) {
+                                    int64_t rows, int64_t rows_pad, int64_t h, int64_t n, real scale,
+                                    real *row_tmp) {
+    for (int64_t i = 0; i < rows_pad; ++i) {
         if (i < rows) {
             fc_load_row(row_tmp, fc_elem(t->data, t->dtype, fc_seq_offset(t, b, row0 + i, h)),
                         t->dtype, n, scale);
@@ -109,23 +116,39 @@ static void fc_pack_rows_transposed(real *dst, const flashc_seq_tensor *t, int64
     }
 }
 
-/* The facts about one (row tile, key tile) pair a kernel needs. */
+/* The facts about one (row tile, key tile) pair a kernel needs; set by
+ * fc_set_row_tile and fc_set_key_tile. */
 typedef struct fc_tile_ctx {
     int64_t b, h;              /* batch (sequence) and query head */
     int64_t sq, sk;            /* sequence lengths */
     int64_t r0, rows;          /* first row of the tile, valid rows */
     int64_t c0, cols;          /* first column of the tile, valid columns */
+    int64_t rows_pad, cols_pad; /* rows and columns computed (see FC_ROW_STEP) */
     real softcap_log2;         /* softcap * log2(e), 0 = off */
     float alibi_slope;         /* 0 = off */
 } fc_tile_ctx;
+
+/* Row tile starting at row r0 of the sequence (r0 < t->sq). */
+static inline void fc_set_row_tile(fc_tile_ctx *t, int64_t r0) {
+    t->r0 = r0;
+    t->rows = t->sq - r0 < FC_BM ? t->sq - r0 : FC_BM;
+    t->rows_pad = (t->rows + FC_ROW_STEP - 1) / FC_ROW_STEP * FC_ROW_STEP;
+}
+
+/* Key tile kb of the sequence (kb * FC_BN < t->sk). */
+static inline void fc_set_key_tile(fc_tile_ctx *t, int64_t kb) {
+    t->c0 = kb * FC_BN;
+    t->cols = t->sk - t->c0 < FC_BN ? t->sk - t->c0 : FC_BN;
+    t->cols_pad = (t->cols + MR - 1) / MR * MR;
+}
 
 /* Turn raw tile dot products (of queries pre-scaled by scale*log2e, or by
  * scale/softcap when softcap is on) into logits in log2 units. With softcap
  * the tanh values are kept in `tanh_out` (for the backward's derivative). */
 static void fc_tile_logits(real *S, real *tanh_out, const fc_tile_ctx *t) {
     if (t->softcap_log2 > 0) {
-        for (int64_t j = 0; j < FC_BN; ++j)
-            for (int64_t i = 0; i < FC_BM; i += VL) {
+        for (int64_t j = 0; j < t->cols_pad; ++j)
+            for (int64_t i = 0; i < t->rows_pad; i += VL) {
                 vr th = vtanh(vload(S + j * FC_BM + i));
                 if (tanh_out) vstore(tanh_out + j * FC_BM + i, th);
                 vstore(S + j * FC_BM + i, th * t->softcap_log2);
@@ -146,27 +169,27 @@ static void fc_tile_logits(real *S, real *tanh_out, const fc_tile_ctx *t) {
     }
 }
 
-/* Whether every (row, column) of the tile is visible, and whether none is.
- * The bounds of flashc_visible_cols are monotone in the row, so the first
- * and last rows decide. */
+/* Whether every (row, column) of the computed tile is visible (none of it
+ * padding). The bounds of flashc_visible_cols are monotone in the row, so
+ * the first and last rows decide. */
 static inline int fc_tile_fully_visible(const flashc_problem *p, const fc_tile_ctx *t) {
-    if (t->rows != FC_BM || t->cols != FC_BN) return 0;
+    if (t->rows != t->rows_pad || t->cols != t->cols_pad) return 0;
     int64_t lo_first, hi_first, lo_last, hi_last;
     flashc_visible_cols(t->r0, t->sq, t->sk, p->window_left, p->window_right, &lo_first, &hi_first);
     flashc_visible_cols(t->r0 + t->rows - 1, t->sq, t->sk, p->window_left, p->window_right, &lo_last,
                         &hi_last);
-    return lo_last <= t->c0 && hi_first >= t->c0 + FC_BN;
+    return lo_last <= t->c0 && hi_first >= t->c0 + t->cols;
 }
 
-/* Set hidden entries (and the padding rows and columns) of a logit tile to
- * -inf. */
+/* Set hidden entries (and the padding rows and columns) of the computed
+ * part of a logit tile to -inf. */
 static void fc_tile_mask(real *S, const flashc_problem *p, const fc_tile_ctx *t) {
     const real neg_inf = -(real)INFINITY;
     /* the visible columns [lo, hi) of each row, tile-relative (empty for
      * the padding rows), then one pass down each column: the tile is
      * column-major, so row by row would store with a stride of FC_BM */
     int32_t lo[FC_BM], hi[FC_BM];
-    for (int64_t i = 0; i < FC_BM; ++i) {
+    for (int64_t i = 0; i < t->rows_pad; ++i) {
         int64_t l = 0, h = 0;
         if (i < t->rows) {
             flashc_visible_cols(t->r0 + i, t->sq, t->sk, p->window_left, p->window_right, &l, &h);
@@ -180,10 +203,10 @@ static void fc_tile_mask(real *S, const flashc_problem *p, const fc_tile_ctx *t)
         lo[i] = (int32_t)l;
         hi[i] = (int32_t)h;
     }
-    for (int64_t j = 0; j < FC_BN; ++j) {
+    for (int64_t j = 0; j < t->cols_pad; ++j) {
         real *col = S + j * FC_BM;
         const int32_t jj = (int32_t)j;
-        for (int64_t i = 0; i < FC_BM; ++i)
+        for (int64_t i = 0; i < t->rows_pad; ++i)
             if (jj < lo[i] || jj >= hi[i]) col[i] = neg_inf;
     }
 }
