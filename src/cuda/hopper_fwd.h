@@ -15,7 +15,7 @@ typedef struct flashc_hopper_fwd_maps {
     CUtensorMap q, k, v;
 } flashc_hopper_fwd_maps;
 
-#define FLASHC_HOPPER_FWD_DECLARE_RUN(DQK, DV, BLOCK_N, BLOCK_N_GENERAL, OVERLAP, PINGPONG)              \
+#define FLASHC_HOPPER_FWD_DECLARE_RUN(DQK, DV, CONSUMERS, BLOCK_N, BLOCK_N_GENERAL, OVERLAP, PINGPONG)              \
     cudaError_t flashc_hopper_fwd_run_##DQK##x##DV(const flashc_fwd_params *p, const flashc_hopper_fwd_maps *m, \
                                                    void *stream, int is_bf16, int general);
 FLASHC_HOPPER_FWD_CONFIGS(FLASHC_HOPPER_FWD_DECLARE_RUN)

@@ -44,7 +44,7 @@
  * tile 1024-byte aligned (plus slack to align the base). */
 template <int D_QK, int D_V, int BLOCK_N>
 struct flashc_hopper_fwd_smem {
-    static constexpr int Q_BYTES = FLASHC_HOPPER_BLOCK_M * D_QK * 2;
+    static constexpr int Q_BYTES = flashc_hopper_fwd_config<D_QK, D_V>::BLOCK_M * D_QK * 2;
     static constexpr int K_BYTES = BLOCK_N * D_QK * 2;
     static constexpr int V_BYTES = BLOCK_N * D_V * 2;
     static constexpr int K_OFFSET = Q_BYTES;
@@ -66,18 +66,18 @@ struct flashc_hopper_fwd_smem {
 
 /* Zero rows [first_row, BLOCK_N) of a V stage (all consumer threads), then
  * make the zeros visible to wgmma. */
-template <int D_V, int BLOCK_N>
+template <int D_V, int BLOCK_N, int CONSUMERS>
 static __device__ void flashc_hopper_zero_v_rows(unsigned char *v_stage, int first_row, int consumer_thread) {
     constexpr int CHUNKS_PER_ROW = 128 / 16;
     const int rows = BLOCK_N - first_row;
     const int chunks = (D_V / 64) * rows * CHUNKS_PER_ROW;
-    for (int c = consumer_thread; c < chunks; c += 128 * FLASHC_HOPPER_CONSUMER_WARPGROUPS) {
+    for (int c = consumer_thread; c < chunks; c += 128 * CONSUMERS) {
         const int block = c / (rows * CHUNKS_PER_ROW), rest = c % (rows * CHUNKS_PER_ROW);
         const int row = first_row + rest / CHUNKS_PER_ROW, chunk = rest % CHUNKS_PER_ROW;
         *reinterpret_cast<uint4 *>(v_stage + block * BLOCK_N * 128 + row * 128 + chunk * 16) = make_uint4(0, 0, 0, 0);
     }
     flashc_fence_proxy_async();
-    flashc_named_barrier(FLASHC_HOPPER_CONSUMERS_BARRIER, 128 * FLASHC_HOPPER_CONSUMER_WARPGROUPS);
+    flashc_named_barrier(FLASHC_HOPPER_CONSUMERS_BARRIER, 128 * CONSUMERS);
 }
 
 /* The producer: one thread issues Q, then K and V of every key block
@@ -95,7 +95,7 @@ static __device__ __forceinline__ void flashc_hopper_produce(const flashc_hopper
     flashc_mbarrier_expect_bytes(L::q_full(base), L::Q_BYTES);
 #pragma unroll
     for (int cb = 0; cb < D_QK / 64; ++cb)
-        flashc_tma_load_4d(base + cb * FLASHC_HOPPER_BLOCK_M * 128, &maps.q, 64 * cb, (int)(seq.q_start + m0), head,
+        flashc_tma_load_4d(base + cb * flashc_hopper_fwd_config<D_QK, D_V>::BLOCK_M * 128, &maps.q, 64 * cb, (int)(seq.q_start + m0), head,
                            map_batch, L::q_full(base));
     for (int it = 0; it < n_iters; ++it) {
         const int s = it % FLASHC_HOPPER_STAGES;
@@ -122,12 +122,12 @@ static __device__ __forceinline__ void flashc_hopper_produce(const flashc_hopper
  * the softmax of the other. Each turn barrier counts the 128 threads that
  * wait on it and the 128 of the warpgroup handing it over. Both
  * warpgroups of a CTA walk the same key blocks, so their turns pair up. */
-template <bool PINGPONG>
+template <bool PINGPONG, int CONSUMERS>
 struct flashc_hopper_turns {
     int mine, next;
     __device__ explicit flashc_hopper_turns(int warpgroup)
         : mine(FLASHC_HOPPER_TURN_BARRIER + warpgroup),
-          next(FLASHC_HOPPER_TURN_BARRIER + (warpgroup + 1) % FLASHC_HOPPER_CONSUMER_WARPGROUPS) {
+          next(FLASHC_HOPPER_TURN_BARRIER + (warpgroup + 1) % CONSUMERS) {
         /* warpgroup 0 holds the first turn */
         if (PINGPONG && warpgroup == 0) flashc_named_barrier_arrive(mine, 256);
     }
@@ -179,7 +179,7 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
     const uint32_t q_addr = base + warpgroup * 64 * 128;
     auto stage = [](int it) { return it % FLASHC_HOPPER_STAGES; };
     auto phase = [](int it) { return (uint32_t)(it / FLASHC_HOPPER_STAGES) & 1; };
-    const flashc_hopper_turns<C::PINGPONG> turns(warpgroup);
+    const flashc_hopper_turns<C::PINGPONG, C::CONSUMERS> turns(warpgroup);
 
     /* Scores of key block `it` (in acc_s, just computed) -> P: logit rule,
      * mask, maxima (alpha: the factor O still owes), exponentials, dropout. */
@@ -197,7 +197,7 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
     /* Issue S = Q K^T for key block `it` once its K landed. */
     auto issue_s = [&](float (&acc_s)[1][COL_ATOMS][4], int it) {
         flashc_mbarrier_wait(L::k_full(base, stage(it)), phase(it));
-        flashc_wgmma_ss_batch<T, BLOCK_N, D_QK, FLASHC_HOPPER_BLOCK_M, BLOCK_N>(&acc_s[0][0][0], q_addr,
+        flashc_wgmma_ss_batch<T, BLOCK_N, D_QK, C::BLOCK_M, BLOCK_N>(&acc_s[0][0][0], q_addr,
                                                                             L::k_tile(base, stage(it)));
     };
     /* S of block it is complete (K's stage released once it is read). */
@@ -224,7 +224,7 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
         const int n0 = (n_block_max - 1) * BLOCK_N;
         if (n0 + BLOCK_N > seq.sk) {
             flashc_mbarrier_wait(L::v_full(base, stage(0)), phase(0));
-            flashc_hopper_zero_v_rows<D_V, BLOCK_N>(smem + L::V_OFFSET, seq.sk - n0, threadIdx.x - 128);
+            flashc_hopper_zero_v_rows<D_V, BLOCK_N, C::CONSUMERS>(smem + L::V_OFFSET, seq.sk - n0, threadIdx.x - 128);
         }
     }
 
@@ -284,17 +284,18 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
 }
 
 template <typename T, int D_QK, int D_V, int BLOCK_N, bool GENERAL>
-__global__ void __launch_bounds__(FLASHC_HOPPER_THREADS, 1)
+__global__ void __launch_bounds__(flashc_hopper_fwd_config<D_QK, D_V>::THREADS, 1)
     flashc_hopper_fwd_kernel(const __grid_constant__ flashc_hopper_fwd_maps maps, const flashc_fwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BLOCK_M = FLASHC_HOPPER_BLOCK_M;
+    typedef flashc_hopper_fwd_config<D_QK, D_V> C;
+    constexpr int BLOCK_M = C::BLOCK_M;
     typedef flashc_hopper_fwd_smem<D_QK, D_V, BLOCK_N> L;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t raw_addr = flashc_smem_addr(smem_raw);
     const uint32_t base = (raw_addr + 1023u) & ~1023u;
 
     flashc_fwd_row_block blk;
-    if (!flashc_fwd_find_row_block<T, BLOCK_M, BLOCK_N, FLASHC_HOPPER_THREADS>(p, &blk)) return;
+    if (!flashc_fwd_find_row_block<T, BLOCK_M, BLOCK_N, C::THREADS>(p, &blk)) return;
     const int batch = blk.batch, head = blk.head, m0 = blk.m0, rows = blk.rows;
     const flashc_fwd_seq seq = blk.seq;
     const int n_block_min = blk.n_block_min, n_block_max = blk.n_block_max;
@@ -306,8 +307,8 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_THREADS, 1)
             flashc_mbarrier_init(L::k_full(base, s), 1);
             flashc_mbarrier_init(L::v_full(base, s), 1);
             /* every consumer warp releases a stage after its wgmma wait */
-            flashc_mbarrier_init(L::k_empty(base, s), 4 * FLASHC_HOPPER_CONSUMER_WARPGROUPS);
-            flashc_mbarrier_init(L::v_empty(base, s), 4 * FLASHC_HOPPER_CONSUMER_WARPGROUPS);
+            flashc_mbarrier_init(L::k_empty(base, s), 4 * C::CONSUMERS);
+            flashc_mbarrier_init(L::v_empty(base, s), 4 * C::CONSUMERS);
         }
         flashc_mbarrier_init_fence();
     }
@@ -319,7 +320,7 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_THREADS, 1)
         if (threadIdx.x == 0)
             flashc_hopper_produce<D_QK, D_V, BLOCK_N>(maps, p, seq, batch, head, m0, n_block_max, n_iters, base);
     } else {
-        flashc_setmaxnreg_inc<FLASHC_HOPPER_CONSUMER_REGISTERS>();
+        flashc_setmaxnreg_inc<C::CONSUMER_REGISTERS>();
         flashc_hopper_consume<T, D_QK, D_V, BLOCK_N, GENERAL>(p, seq, batch, head, m0, rows, n_block_max, n_iters,
                                                              warp / 4 - 1, warp % 4, threadIdx.x % 32,
                                                              smem_raw + (base - raw_addr), base);

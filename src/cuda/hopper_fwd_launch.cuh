@@ -24,9 +24,9 @@ static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const fl
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;
     unsigned grid;
-    err = flashc_flat_grid((p.seqlen_q + FLASHC_HOPPER_BLOCK_M - 1) / FLASHC_HOPPER_BLOCK_M, p.nheads, p.batch, &grid);
+    err = flashc_flat_grid((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p.nheads, p.batch, &grid);
     if (err != cudaSuccess || grid == 0) return err;
-    kernel<<<grid, FLASHC_HOPPER_THREADS, smem, stream>>>(maps, p);
+    kernel<<<grid, C::THREADS, smem, stream>>>(maps, p);
     return cudaGetLastError();
 }
 

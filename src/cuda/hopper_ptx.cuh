@@ -142,191 +142,146 @@ static __device__ __forceinline__ void flashc_tma_load_4d(uint32_t dst, const vo
  *       overwrites D (the first k-step), 1 accumulates.
  *   rs: A from registers (P, in the mma.sync A layout), B from shared memory
  *       MN-major (V as stored: keys x head dim); always accumulates. */
-template <typename T>
-static __device__ __forceinline__ void flashc_wgmma_ss_n32(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T>
-static __device__ __forceinline__ void flashc_wgmma_ss_n64(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T>
-static __device__ __forceinline__ void flashc_wgmma_ss_n128(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T>
-static __device__ __forceinline__ void flashc_wgmma_ss_n256(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <typename T>
-static __device__ __forceinline__ void flashc_wgmma_rs_n64(float *d, const uint32_t *a, uint64_t desc_b);
-template <typename T>
-static __device__ __forceinline__ void flashc_wgmma_rs_n128(float *d, const uint32_t *a, uint64_t desc_b);
-template <typename T>
-static __device__ __forceinline__ void flashc_wgmma_rs_n256(float *d, const uint32_t *a, uint64_t desc_b);
 
-#define FLASHC_WGMMA_ACC16 \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define FLASHC_WGMMA_ACC16_OPERANDS(d) \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-#define FLASHC_WGMMA_ACC32 \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FLASHC_WGMMA_ACC32_OPERANDS(d) \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define FLASHC_WGMMA_ACC64 \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define FLASHC_WGMMA_ACC64_OPERANDS(d) \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-#define FLASHC_WGMMA_ACC128 \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
-#define FLASHC_WGMMA_ACC128_OPERANDS(d) \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
-    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
-    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
-    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
-    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+/* Accumulator operand lists: FLASHC_WGMMA_ACC<R> is the braced list of
+ * registers %0 .. %(R-1), FLASHC_WGMMA_ACC<R>_OPERANDS(d) binds d[0 .. R-1]
+ * to them; built from runs of eight. */
+#define FLASHC_WGMMA_REGS8_0 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define FLASHC_WGMMA_OPERANDS8_0(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define FLASHC_WGMMA_REGS8_1 "%8, %9, %10, %11, %12, %13, %14, %15"
+#define FLASHC_WGMMA_OPERANDS8_1(d) "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FLASHC_WGMMA_REGS8_2 "%16, %17, %18, %19, %20, %21, %22, %23"
+#define FLASHC_WGMMA_OPERANDS8_2(d) "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+#define FLASHC_WGMMA_REGS8_3 "%24, %25, %26, %27, %28, %29, %30, %31"
+#define FLASHC_WGMMA_OPERANDS8_3(d) "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FLASHC_WGMMA_REGS8_4 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define FLASHC_WGMMA_OPERANDS8_4(d) "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+#define FLASHC_WGMMA_REGS8_5 "%40, %41, %42, %43, %44, %45, %46, %47"
+#define FLASHC_WGMMA_OPERANDS8_5(d) "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+#define FLASHC_WGMMA_REGS8_6 "%48, %49, %50, %51, %52, %53, %54, %55"
+#define FLASHC_WGMMA_OPERANDS8_6(d) "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+#define FLASHC_WGMMA_REGS8_7 "%56, %57, %58, %59, %60, %61, %62, %63"
+#define FLASHC_WGMMA_OPERANDS8_7(d) "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define FLASHC_WGMMA_REGS8_8 "%64, %65, %66, %67, %68, %69, %70, %71"
+#define FLASHC_WGMMA_OPERANDS8_8(d) "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+#define FLASHC_WGMMA_REGS8_9 "%72, %73, %74, %75, %76, %77, %78, %79"
+#define FLASHC_WGMMA_OPERANDS8_9(d) "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+#define FLASHC_WGMMA_REGS8_10 "%80, %81, %82, %83, %84, %85, %86, %87"
+#define FLASHC_WGMMA_OPERANDS8_10(d) "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+#define FLASHC_WGMMA_REGS8_11 "%88, %89, %90, %91, %92, %93, %94, %95"
+#define FLASHC_WGMMA_OPERANDS8_11(d) "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define FLASHC_WGMMA_REGS8_12 "%96, %97, %98, %99, %100, %101, %102, %103"
+#define FLASHC_WGMMA_OPERANDS8_12(d) "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
+#define FLASHC_WGMMA_REGS8_13 "%104, %105, %106, %107, %108, %109, %110, %111"
+#define FLASHC_WGMMA_OPERANDS8_13(d) "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+#define FLASHC_WGMMA_REGS8_14 "%112, %113, %114, %115, %116, %117, %118, %119"
+#define FLASHC_WGMMA_OPERANDS8_14(d) "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
+#define FLASHC_WGMMA_REGS8_15 "%120, %121, %122, %123, %124, %125, %126, %127"
+#define FLASHC_WGMMA_OPERANDS8_15(d) "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define FLASHC_WGMMA_REGS_8 FLASHC_WGMMA_REGS8_0
+#define FLASHC_WGMMA_ACC8_OPERANDS(d) FLASHC_WGMMA_OPERANDS8_0(d)
+#define FLASHC_WGMMA_ACC8 "{" FLASHC_WGMMA_REGS_8 "}"
+#define FLASHC_WGMMA_REGS_16 FLASHC_WGMMA_REGS_8 ", " FLASHC_WGMMA_REGS8_1
+#define FLASHC_WGMMA_ACC16_OPERANDS(d) FLASHC_WGMMA_ACC8_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_1(d)
+#define FLASHC_WGMMA_ACC16 "{" FLASHC_WGMMA_REGS_16 "}"
+#define FLASHC_WGMMA_REGS_24 FLASHC_WGMMA_REGS_16 ", " FLASHC_WGMMA_REGS8_2
+#define FLASHC_WGMMA_ACC24_OPERANDS(d) FLASHC_WGMMA_ACC16_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_2(d)
+#define FLASHC_WGMMA_ACC24 "{" FLASHC_WGMMA_REGS_24 "}"
+#define FLASHC_WGMMA_REGS_32 FLASHC_WGMMA_REGS_24 ", " FLASHC_WGMMA_REGS8_3
+#define FLASHC_WGMMA_ACC32_OPERANDS(d) FLASHC_WGMMA_ACC24_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_3(d)
+#define FLASHC_WGMMA_ACC32 "{" FLASHC_WGMMA_REGS_32 "}"
+#define FLASHC_WGMMA_REGS_40 FLASHC_WGMMA_REGS_32 ", " FLASHC_WGMMA_REGS8_4
+#define FLASHC_WGMMA_ACC40_OPERANDS(d) FLASHC_WGMMA_ACC32_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_4(d)
+#define FLASHC_WGMMA_ACC40 "{" FLASHC_WGMMA_REGS_40 "}"
+#define FLASHC_WGMMA_REGS_48 FLASHC_WGMMA_REGS_40 ", " FLASHC_WGMMA_REGS8_5
+#define FLASHC_WGMMA_ACC48_OPERANDS(d) FLASHC_WGMMA_ACC40_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_5(d)
+#define FLASHC_WGMMA_ACC48 "{" FLASHC_WGMMA_REGS_48 "}"
+#define FLASHC_WGMMA_REGS_56 FLASHC_WGMMA_REGS_48 ", " FLASHC_WGMMA_REGS8_6
+#define FLASHC_WGMMA_ACC56_OPERANDS(d) FLASHC_WGMMA_ACC48_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_6(d)
+#define FLASHC_WGMMA_ACC56 "{" FLASHC_WGMMA_REGS_56 "}"
+#define FLASHC_WGMMA_REGS_64 FLASHC_WGMMA_REGS_56 ", " FLASHC_WGMMA_REGS8_7
+#define FLASHC_WGMMA_ACC64_OPERANDS(d) FLASHC_WGMMA_ACC56_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_7(d)
+#define FLASHC_WGMMA_ACC64 "{" FLASHC_WGMMA_REGS_64 "}"
+#define FLASHC_WGMMA_REGS_72 FLASHC_WGMMA_REGS_64 ", " FLASHC_WGMMA_REGS8_8
+#define FLASHC_WGMMA_ACC72_OPERANDS(d) FLASHC_WGMMA_ACC64_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_8(d)
+#define FLASHC_WGMMA_ACC72 "{" FLASHC_WGMMA_REGS_72 "}"
+#define FLASHC_WGMMA_REGS_80 FLASHC_WGMMA_REGS_72 ", " FLASHC_WGMMA_REGS8_9
+#define FLASHC_WGMMA_ACC80_OPERANDS(d) FLASHC_WGMMA_ACC72_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_9(d)
+#define FLASHC_WGMMA_ACC80 "{" FLASHC_WGMMA_REGS_80 "}"
+#define FLASHC_WGMMA_REGS_88 FLASHC_WGMMA_REGS_80 ", " FLASHC_WGMMA_REGS8_10
+#define FLASHC_WGMMA_ACC88_OPERANDS(d) FLASHC_WGMMA_ACC80_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_10(d)
+#define FLASHC_WGMMA_ACC88 "{" FLASHC_WGMMA_REGS_88 "}"
+#define FLASHC_WGMMA_REGS_96 FLASHC_WGMMA_REGS_88 ", " FLASHC_WGMMA_REGS8_11
+#define FLASHC_WGMMA_ACC96_OPERANDS(d) FLASHC_WGMMA_ACC88_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_11(d)
+#define FLASHC_WGMMA_ACC96 "{" FLASHC_WGMMA_REGS_96 "}"
+#define FLASHC_WGMMA_REGS_104 FLASHC_WGMMA_REGS_96 ", " FLASHC_WGMMA_REGS8_12
+#define FLASHC_WGMMA_ACC104_OPERANDS(d) FLASHC_WGMMA_ACC96_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_12(d)
+#define FLASHC_WGMMA_ACC104 "{" FLASHC_WGMMA_REGS_104 "}"
+#define FLASHC_WGMMA_REGS_112 FLASHC_WGMMA_REGS_104 ", " FLASHC_WGMMA_REGS8_13
+#define FLASHC_WGMMA_ACC112_OPERANDS(d) FLASHC_WGMMA_ACC104_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_13(d)
+#define FLASHC_WGMMA_ACC112 "{" FLASHC_WGMMA_REGS_112 "}"
+#define FLASHC_WGMMA_REGS_120 FLASHC_WGMMA_REGS_112 ", " FLASHC_WGMMA_REGS8_14
+#define FLASHC_WGMMA_ACC120_OPERANDS(d) FLASHC_WGMMA_ACC112_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_14(d)
+#define FLASHC_WGMMA_ACC120 "{" FLASHC_WGMMA_REGS_120 "}"
+#define FLASHC_WGMMA_REGS_128 FLASHC_WGMMA_REGS_120 ", " FLASHC_WGMMA_REGS8_15
+#define FLASHC_WGMMA_ACC128_OPERANDS(d) FLASHC_WGMMA_ACC120_OPERANDS(d), FLASHC_WGMMA_OPERANDS8_15(d)
+#define FLASHC_WGMMA_ACC128 "{" FLASHC_WGMMA_REGS_128 "}"
 
-template <>
-__device__ __forceinline__ void flashc_wgmma_ss_n32<__nv_bfloat16>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FLASHC_WGMMA_ACC16 ", %16, %17, p, 1, 1, 0, 0;\n}\n"
-                 : FLASHC_WGMMA_ACC16_OPERANDS(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_ss_n32<__half>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " FLASHC_WGMMA_ACC16 ", %16, %17, p, 1, 1, 0, 0;\n}\n"
-                 : FLASHC_WGMMA_ACC16_OPERANDS(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_ss_n64<__nv_bfloat16>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLASHC_WGMMA_ACC32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : FLASHC_WGMMA_ACC32_OPERANDS(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_rs_n64<__nv_bfloat16>(float *d, const uint32_t *a, uint64_t desc_b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLASHC_WGMMA_ACC32
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-                 : FLASHC_WGMMA_ACC32_OPERANDS(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_ss_n64<__half>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FLASHC_WGMMA_ACC32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : FLASHC_WGMMA_ACC32_OPERANDS(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_rs_n64<__half>(float *d, const uint32_t *a, uint64_t desc_b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FLASHC_WGMMA_ACC32
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-                 : FLASHC_WGMMA_ACC32_OPERANDS(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_ss_n128<__nv_bfloat16>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FLASHC_WGMMA_ACC64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : FLASHC_WGMMA_ACC64_OPERANDS(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_rs_n128<__nv_bfloat16>(float *d, const uint32_t *a, uint64_t desc_b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FLASHC_WGMMA_ACC64
-                 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-                 : FLASHC_WGMMA_ACC64_OPERANDS(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_ss_n128<__half>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASHC_WGMMA_ACC64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : FLASHC_WGMMA_ACC64_OPERANDS(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_rs_n128<__half>(float *d, const uint32_t *a, uint64_t desc_b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FLASHC_WGMMA_ACC64
-                 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-                 : FLASHC_WGMMA_ACC64_OPERANDS(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_ss_n256<__nv_bfloat16>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " FLASHC_WGMMA_ACC128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : FLASHC_WGMMA_ACC128_OPERANDS(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_rs_n256<__nv_bfloat16>(float *d, const uint32_t *a, uint64_t desc_b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " FLASHC_WGMMA_ACC128
-                 ", {%128, %129, %130, %131}, %132, 1, 1, 1, 1;\n"
-                 : FLASHC_WGMMA_ACC128_OPERANDS(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_ss_n256<__half>(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " FLASHC_WGMMA_ACC128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : FLASHC_WGMMA_ACC128_OPERANDS(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <>
-__device__ __forceinline__ void flashc_wgmma_rs_n256<__half>(float *d, const uint32_t *a, uint64_t desc_b) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " FLASHC_WGMMA_ACC128
-                 ", {%128, %129, %130, %131}, %132, 1, 1, 1, 1;\n"
-                 : FLASHC_WGMMA_ACC128_OPERANDS(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}
+/* One wgmma m64nNk16 of each operand form, per element type and width:
+ * ss(d, desc_a, desc_b, scale_d) and rs(d, a, desc_b) as described above.
+ * The accumulator list is part of the instruction, so each width is its
+ * own specialisation; A, B, S and the four A registers are the operand
+ * numbers after the R = N / 2 accumulators. */
+template <typename T, int N>
+struct flashc_wgmma_op;
 
-/* Dispatch on N (the width of D): S tiles are BLOCK_N wide, O tiles
- * HEAD_DIM wide. */
+#define FLASHC_WGMMA_OP(TYPE, PTX_TYPE, N, R, A, B, S, A0, A1, A2, A3, DB)                                       \
+    template <>                                                                                                 \
+    struct flashc_wgmma_op<TYPE, N> {                                                                           \
+        static __device__ __forceinline__ void ss(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {   \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                       \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE " "            \
+                         FLASHC_WGMMA_ACC##R ", %" #A ", %" #B ", p, 1, 1, 0, 0;\n}\n"                          \
+                         : FLASHC_WGMMA_ACC##R##_OPERANDS(d)                                                    \
+                         : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                             \
+        }                                                                                                       \
+        static __device__ __forceinline__ void rs(float *d, const uint32_t *a, uint64_t desc_b) {              \
+            asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE " "            \
+                         FLASHC_WGMMA_ACC##R ", {%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #DB ", 1, 1, 1, 1;\n" \
+                         : FLASHC_WGMMA_ACC##R##_OPERANDS(d)                                                    \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));                            \
+        }                                                                                                       \
+    };
+#define FLASHC_WGMMA_WIDTH(N, R, A, B, S, A0, A1, A2, A3, DB)                        \
+    FLASHC_WGMMA_OP(__nv_bfloat16, "bf16", N, R, A, B, S, A0, A1, A2, A3, DB)       \
+    FLASHC_WGMMA_OP(__half, "f16", N, R, A, B, S, A0, A1, A2, A3, DB)
+/* The widths tiles use: key blocks (S) and value head dims (O). */
+FLASHC_WGMMA_WIDTH(32, 16, 16, 17, 18, 16, 17, 18, 19, 20)
+FLASHC_WGMMA_WIDTH(48, 24, 24, 25, 26, 24, 25, 26, 27, 28)
+FLASHC_WGMMA_WIDTH(64, 32, 32, 33, 34, 32, 33, 34, 35, 36)
+FLASHC_WGMMA_WIDTH(80, 40, 40, 41, 42, 40, 41, 42, 43, 44)
+FLASHC_WGMMA_WIDTH(96, 48, 48, 49, 50, 48, 49, 50, 51, 52)
+FLASHC_WGMMA_WIDTH(112, 56, 56, 57, 58, 56, 57, 58, 59, 60)
+FLASHC_WGMMA_WIDTH(128, 64, 64, 65, 66, 64, 65, 66, 67, 68)
+FLASHC_WGMMA_WIDTH(144, 72, 72, 73, 74, 72, 73, 74, 75, 76)
+FLASHC_WGMMA_WIDTH(160, 80, 80, 81, 82, 80, 81, 82, 83, 84)
+FLASHC_WGMMA_WIDTH(176, 88, 88, 89, 90, 88, 89, 90, 91, 92)
+FLASHC_WGMMA_WIDTH(192, 96, 96, 97, 98, 96, 97, 98, 99, 100)
+FLASHC_WGMMA_WIDTH(208, 104, 104, 105, 106, 104, 105, 106, 107, 108)
+FLASHC_WGMMA_WIDTH(224, 112, 112, 113, 114, 112, 113, 114, 115, 116)
+FLASHC_WGMMA_WIDTH(256, 128, 128, 129, 130, 128, 129, 130, 131, 132)
+#undef FLASHC_WGMMA_WIDTH
+#undef FLASHC_WGMMA_OP
+
+/* S tiles are BLOCK_N wide, O tiles D_V wide. */
 template <typename T, int N>
 static __device__ __forceinline__ void flashc_wgmma_ss(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    static_assert(N == 32 || N == 64 || N == 128 || N == 256, "compiled S widths: 32, 64, 128, 256");
-    if (N == 32) flashc_wgmma_ss_n32<T>(d, desc_a, desc_b, scale_d);
-    if (N == 64) flashc_wgmma_ss_n64<T>(d, desc_a, desc_b, scale_d);
-    if (N == 128) flashc_wgmma_ss_n128<T>(d, desc_a, desc_b, scale_d);
-    if (N == 256) flashc_wgmma_ss_n256<T>(d, desc_a, desc_b, scale_d);
+    flashc_wgmma_op<T, N>::ss(d, desc_a, desc_b, scale_d);
 }
 
 template <typename T, int N>
 static __device__ __forceinline__ void flashc_wgmma_rs(float *d, const uint32_t *a, uint64_t desc_b) {
-    static_assert(N == 64 || N == 128 || N == 256, "compiled wgmma widths: 64, 128, 256");
-    if (N == 64) flashc_wgmma_rs_n64<T>(d, a, desc_b);
-    if (N == 128) flashc_wgmma_rs_n128<T>(d, a, desc_b);
-    if (N == 256) flashc_wgmma_rs_n256<T>(d, a, desc_b);
+    flashc_wgmma_op<T, N>::rs(d, a, desc_b);
 }
 
 /* acc = A B^T as one committed batch of K_COLS / 16 k-steps, both operands
