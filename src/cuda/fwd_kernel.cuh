@@ -161,16 +161,14 @@ typedef struct flashc_fwd_row_block {
     int n_block_min, n_block_max;  /* key blocks any of the rows sees */
 } flashc_fwd_row_block;
 
-/* Fills *b; false when the CTA has nothing to compute: its block starts
- * past the sequence, or no row of it sees any key (those rows are written
- * here: out 0, LSE +inf). */
+/* Fills *b for row block m_block of (batch, head); false when the CTA has
+ * nothing to compute: the block starts past the sequence, or no row of it
+ * sees any key (those rows are written here: out 0, LSE +inf). */
 template <typename T, int BLOCK_M, int BLOCK_N, int THREADS>
-static __device__ __forceinline__ bool flashc_fwd_find_row_block(const flashc_fwd_params &p,
-                                                                 flashc_fwd_row_block *b) {
-    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    const int m_block = m_blocks - 1 - (int)(blockIdx.x % m_blocks);
-    b->head = (int)(blockIdx.x / m_blocks % p.nheads);
-    b->batch = (int)(blockIdx.x / m_blocks / p.nheads);
+static __device__ __forceinline__ bool flashc_fwd_row_block_at(const flashc_fwd_params &p, int m_block, int head,
+                                                               int batch, flashc_fwd_row_block *b) {
+    b->head = head;
+    b->batch = batch;
     b->seq = flashc_fwd_sequence(p, b->batch);
     b->m0 = m_block * BLOCK_M;
     if (b->m0 >= b->seq.sq) return false;
@@ -191,6 +189,16 @@ static __device__ __forceinline__ bool flashc_fwd_find_row_block(const flashc_fw
     b->n_block_min = (int)(lo / BLOCK_N);
     b->n_block_max = (int)((hi_last + BLOCK_N - 1) / BLOCK_N);
     return true;
+}
+
+/* The row block of this CTA of the portable kernel's flat grid (above). */
+template <typename T, int BLOCK_M, int BLOCK_N, int THREADS>
+static __device__ __forceinline__ bool flashc_fwd_find_row_block(const flashc_fwd_params &p,
+                                                                 flashc_fwd_row_block *b) {
+    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    return flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, THREADS>(p, m_blocks - 1 - (int)(blockIdx.x % m_blocks),
+                                                                 (int)(blockIdx.x / m_blocks % p.nheads),
+                                                                 (int)(blockIdx.x / m_blocks / p.nheads), b);
 }
 
 /* Epilogue of one warp: O / rowsum (times `rescale`, the dropout factor)

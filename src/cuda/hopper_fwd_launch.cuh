@@ -1,6 +1,7 @@
 /* Launching one Hopper forward configuration (hopper_fwd_config.h): the
  * four kernels of a pair of head dims (float16 / bfloat16 x plain /
- * general), the shared-memory opt-in and the flat grid. Each
+ * general), the shared-memory opt-in and the grid (one CTA per tile, in
+ * the order of hopper_fwd_schedule.h). Each
  * hopper_fwd_hdim*.cu instantiates one pair. */
 #ifndef FLASHC_CUDA_HOPPER_FWD_LAUNCH_CUH
 #define FLASHC_CUDA_HOPPER_FWD_LAUNCH_CUH
@@ -11,7 +12,7 @@
 #include "hopper_fwd_config.h"
 #include "hopper_fwd_kernel.cuh"
 #include "smem_optin.cuh"
-#include "launch_grid.h"
+#include "hopper_fwd_schedule.h"
 
 template <typename T, int D_QK, int D_V, bool GENERAL>
 static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const flashc_hopper_fwd_maps &maps,
@@ -23,10 +24,10 @@ static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const fl
     static unsigned long long smem_raised;
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;
-    unsigned grid;
-    err = flashc_flat_grid((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p.nheads, p.batch, &grid);
-    if (err != cudaSuccess || grid == 0) return err;
-    kernel<<<grid, C::THREADS, smem, stream>>>(maps, p);
+    flashc_hopper_fwd_schedule sched;
+    if (!flashc_hopper_fwd_plan(&p, C::BLOCK_M, &sched)) return cudaErrorInvalidConfiguration;
+    if (sched.tiles == 0) return cudaSuccess;
+    kernel<<<sched.tiles, C::THREADS, smem, stream>>>(maps, p, sched);
     return cudaGetLastError();
 }
 
