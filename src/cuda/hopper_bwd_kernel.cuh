@@ -51,6 +51,7 @@
 #include "fwd_mask.cuh"
 #include "fwd_seq.cuh"
 #include "hopper_bwd.h"
+#include "hopper_schedule.h"
 #include "hopper_bwd_config.h"
 #include "hopper_bwd_ptx.cuh"
 #include "hopper_bwd_scores.cuh"
@@ -610,17 +611,19 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
 
 template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL>
 __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
-    flashc_hopper_bwd_kernel(const __grid_constant__ flashc_hopper_bwd_maps maps, const flashc_bwd_params p) {
+    flashc_hopper_bwd_kernel(const __grid_constant__ flashc_hopper_bwd_maps maps, const flashc_bwd_params p,
+                             const flashc_hopper_schedule sched) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const uint32_t raw_addr = flashc_smem_addr(smem_raw);
     const uint32_t base = (raw_addr + 1023u) & ~1023u;
 
-    /* Grid: as the portable kernel's (key-block chunk fastest). */
-    const int chunk = (int)(blockIdx.x % p.nchunks);
-    const int head_k = (int)(blockIdx.x / p.nchunks % p.fwd.nheads_k);
-    const int batch = (int)(blockIdx.x / p.nchunks / p.fwd.nheads_k);
+    /* the tile: rank 0 is the first chunk, whose keys the most queries see
+     * under a causal mask (hopper_schedule.h) */
+    int chunk, pair;
+    flashc_hopper_tile(sched, blockIdx.x, &chunk, &pair);
+    const int head_k = pair % p.fwd.nheads_k, batch = pair / p.fwd.nheads_k;
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
     if (chunk * L::BLOCK_N >= seq.sk) return; /* no key block: nothing to write */
 

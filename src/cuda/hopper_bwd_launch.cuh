@@ -1,7 +1,8 @@
 /* Launching one Hopper backward configuration (hopper_bwd_config.h): the
  * four kernels of a head dim (float16 / bfloat16 x plain / general), the
- * shared-memory opt-in and the portable kernel's grid (key-block chunk,
- * kv head, sequence). Each hopper_bwd_hdim*.cu instantiates one head dim. */
+ * shared-memory opt-in and the grid: one CTA per (key-block chunk, kv head,
+ * sequence), in the order of hopper_schedule.h. Each hopper_bwd_hdim*.cu
+ * instantiates one head dim. */
 #ifndef FLASHC_CUDA_HOPPER_BWD_LAUNCH_CUH
 #define FLASHC_CUDA_HOPPER_BWD_LAUNCH_CUH
 
@@ -10,6 +11,7 @@
 #include "hopper_bwd.h"
 #include "hopper_bwd_config.h"
 #include "hopper_bwd_kernel.cuh"
+#include "hopper_schedule.h"
 #include "smem_optin.cuh"
 
 template <typename T, int HEAD_DIM, bool GENERAL>
@@ -21,10 +23,17 @@ static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const fl
     static unsigned long long smem_raised;
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;
-    const long long blocks = (long long)p.nchunks * p.fwd.nheads_k * p.fwd.batch;
-    if (blocks == 0) return cudaSuccess;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    kernel<<<(unsigned)blocks, FLASHC_HOPPER_BWD_THREADS, smem, stream>>>(maps, p);
+    /* tiles: key-block chunks of (batch, kv head) pairs, which share the
+     * group's Q, dO and float32 dQ rows */
+    const flashc_fwd_params &f = p.fwd;
+    const long long q_bytes =
+        (long long)f.seqlen_q * (f.nheads / f.nheads_k) * ((f.head_dim + f.head_dim_v) * 2 + f.head_dim * 4);
+    flashc_hopper_schedule sched;
+    if (!flashc_hopper_plan(p.nchunks, (long long)f.nheads_k * f.batch, q_bytes,
+                            f.window_left >= 0 || f.window_right >= 0 /* causal: window_right 0 */, &sched))
+        return cudaErrorInvalidConfiguration;
+    if (sched.tiles == 0) return cudaSuccess;
+    kernel<<<sched.tiles, FLASHC_HOPPER_BWD_THREADS, smem, stream>>>(maps, p, sched);
     return cudaGetLastError();
 }
 

@@ -38,7 +38,7 @@
 #include "fwd_seq.cuh"
 #include "fwd_softmax.cuh"
 #include "hopper_fwd.h"
-#include "hopper_fwd_schedule.h"
+#include "hopper_schedule.h"
 #include "hopper_ptx.cuh"
 
 /* Shared memory: Q, then K and V for each stage, then the mbarriers; every
@@ -287,7 +287,7 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
 template <typename T, int D_QK, int D_V, int BLOCK_N, bool GENERAL>
 __global__ void __launch_bounds__(flashc_hopper_fwd_config<D_QK, D_V>::THREADS, 1)
     flashc_hopper_fwd_kernel(const __grid_constant__ flashc_hopper_fwd_maps maps, const flashc_fwd_params p,
-                             const flashc_hopper_fwd_schedule sched) {
+                             const flashc_hopper_schedule sched) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef flashc_hopper_fwd_config<D_QK, D_V> C;
     constexpr int BLOCK_M = C::BLOCK_M;
@@ -296,10 +296,13 @@ __global__ void __launch_bounds__(flashc_hopper_fwd_config<D_QK, D_V>::THREADS, 
     const uint32_t raw_addr = flashc_smem_addr(smem_raw);
     const uint32_t base = (raw_addr + 1023u) & ~1023u;
 
-    int m_block, tile_head, tile_batch;
-    flashc_hopper_fwd_tile(sched, p.nheads, blockIdx.x, &m_block, &tile_head, &tile_batch);
+    /* the tile: rank 0 is the last row block (hopper_schedule.h) */
+    int rank, pair;
+    flashc_hopper_tile(sched, blockIdx.x, &rank, &pair);
     flashc_fwd_row_block blk;
-    if (!flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, C::THREADS>(p, m_block, tile_head, tile_batch, &blk)) return;
+    if (!flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, C::THREADS>(p, sched.ranks - 1 - rank, pair % p.nheads,
+                                                                  pair / p.nheads, &blk))
+        return;
     const int batch = blk.batch, head = blk.head, m0 = blk.m0, rows = blk.rows;
     const flashc_fwd_seq seq = blk.seq;
     const int n_block_min = blk.n_block_min, n_block_max = blk.n_block_max;
