@@ -234,6 +234,28 @@ FLASHC_API flashc_status flashc_attention_backward_workspace_size(
 
 FLASHC_API flashc_status flashc_attention_backward(const flashc_backward_args *args);
 
+/* Memory for a backward workspace from the caller's allocator: `bytes`
+ * bytes (any alignment) on `device`, usable by work queued on the call's
+ * stream, or NULL when it cannot provide them. */
+typedef void *(*flashc_workspace_allocator)(void *context, size_t bytes, flashc_device device);
+
+/* The backward in one call, with its workspace obtained during the call:
+ * the arguments are validated once, where the workspace-size query followed
+ * by flashc_attention_backward() validates them twice. args->workspace must
+ * be NULL and args->workspace_bytes 0. When the backward needs a workspace,
+ * allocate(context, bytes, device) is called once, from the calling thread,
+ * after every argument check has passed; if it returns NULL the call fails
+ * with FLASHC_ERROR_WORKSPACE and writes nothing. The memory stays the
+ * caller's: release it after the call returns (on CUDA in stream order,
+ * since the kernels that use it are queued, not finished).
+ * With allocate NULL, CPU tensors get a workspace that the library
+ * allocates and frees within the call; CUDA tensors need an allocator
+ * (stream-ordered memory comes from the caller, PyTorch's caching allocator
+ * for example) and get FLASHC_ERROR_WORKSPACE without one. */
+FLASHC_API flashc_status flashc_attention_backward_allocating(const flashc_backward_args *args,
+                                                              flashc_workspace_allocator allocate,
+                                                              void *context);
+
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                  */
 /* ------------------------------------------------------------------------ */

@@ -4,7 +4,8 @@
  * inputs, the workspace, the returned size) is as it was. Each case starts
  * from a valid problem and breaks exactly one thing; the forward, the
  * workspace-size query and the backward are each checked where the
- * argument applies. */
+ * argument applies, and the backward's cases through the one-call backward
+ * (flashc_attention_backward_allocating) too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -203,6 +204,13 @@ static int check_untouched(const error_case *e, const char *call, const snapshot
     return 1;
 }
 
+/* An allocator that counts its calls and never provides memory. */
+static void *counting_allocate(void *context, size_t bytes, flashc_device device) {
+    (void)bytes, (void)device;
+    *(int *)context += 1;
+    return NULL;
+}
+
 static int run_error_case(const error_case *e) {
     fixture *x = &fixtures[e->fixture];
     int fails = 0;
@@ -248,6 +256,19 @@ static int run_error_case(const error_case *e) {
         }
         st = flashc_attention_backward(&x->g);
         fails += check_result(e, "backward", st);
+        if (!x->workspace_case) {
+            /* the one-call backward rejects it alike, without allocating */
+            flashc_backward_args one = x->g;
+            one.workspace = NULL;
+            one.workspace_bytes = 0;
+            int calls = 0;
+            st = flashc_attention_backward_allocating(&one, counting_allocate, &calls);
+            fails += check_result(e, "backward_allocating", st);
+            if (calls) {
+                fprintf(stderr, "FAIL %s, backward_allocating: the allocator was called\n", e->what);
+                ++fails;
+            }
+        }
         fails += check_untouched(e, "backward", &s);
         snap_free(&s);
     }

@@ -1,6 +1,7 @@
 /* The public entry points: validate (validate.c), then hand the problem to
  * the backend of the tensors' device. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "backend.h"
 #include "error.h"
@@ -53,6 +54,22 @@ flashc_status flashc_attention_backward_workspace_size(const flashc_backward_arg
     return FLASHC_SUCCESS;
 }
 
+/* The backward of a validated problem, with `required` bytes (as
+ * backend_workspace_size reports them) of workspace at `workspace`. */
+static flashc_status run_backward(flashc_problem *p, void *workspace, size_t bytes,
+                                  size_t required) {
+    if (required) {
+        uintptr_t base = (uintptr_t)workspace;
+        uintptr_t aligned = (base + FLASHC_WORKSPACE_ALIGN - 1) & ~(uintptr_t)(FLASHC_WORKSPACE_ALIGN - 1);
+        p->workspace = (void *)aligned;
+        p->workspace_bytes = bytes - (size_t)(aligned - base);
+    }
+#ifdef FLASHC_HAVE_CUDA
+    if (p->is_cuda) return flashc_cuda_backward(p);
+#endif
+    return flashc_cpu_backward(p);
+}
+
 flashc_status flashc_attention_backward(const flashc_backward_args *args) {
     flashc_clear_error();
     flashc_problem p;
@@ -61,14 +78,42 @@ flashc_status flashc_attention_backward(const flashc_backward_args *args) {
     size_t required = backend_workspace_size(&p);
     st = flashc_validate_workspace(args, required);
     if (st != FLASHC_SUCCESS) return st;
-    if (required) {
-        uintptr_t base = (uintptr_t)args->workspace;
-        uintptr_t aligned = (base + FLASHC_WORKSPACE_ALIGN - 1) & ~(uintptr_t)(FLASHC_WORKSPACE_ALIGN - 1);
-        p.workspace = (void *)aligned;
-        p.workspace_bytes = args->workspace_bytes - (size_t)(aligned - base);
+    return run_backward(&p, args->workspace, args->workspace_bytes, required);
+}
+
+flashc_status flashc_attention_backward_allocating(const flashc_backward_args *args,
+                                                   flashc_workspace_allocator allocate,
+                                                   void *context) {
+    flashc_clear_error();
+    flashc_problem p;
+    flashc_status st = flashc_validate_backward(args, &p);
+    if (st != FLASHC_SUCCESS) return st;
+    if (args->workspace || args->workspace_bytes)
+        return flashc_fail(FLASHC_ERROR_WORKSPACE,
+                           "workspace: must be NULL with workspace_bytes 0 (the allocator "
+                           "provides it), got %p and %zu bytes",
+                           args->workspace, args->workspace_bytes);
+    size_t required = backend_workspace_size(&p);
+    if (required == 0) return run_backward(&p, NULL, 0, 0);
+    if (!allocate && p.is_cuda)
+        return flashc_fail(FLASHC_ERROR_WORKSPACE,
+                           "allocate: is NULL, but the workspace of CUDA tensors (%zu bytes) "
+                           "must come from the caller's stream-ordered allocator",
+                           required);
+    flashc_device device = {p.is_cuda ? FLASHC_DEVICE_CUDA : FLASHC_DEVICE_CPU,
+                            p.is_cuda ? p.device_index : 0};
+    if (allocate) {
+        void *workspace = allocate(context, required, device);
+        if (!workspace)
+            return flashc_fail(FLASHC_ERROR_WORKSPACE,
+                               "allocate: returned NULL for %zu bytes of workspace", required);
+        return run_backward(&p, workspace, required, required);
     }
-#ifdef FLASHC_HAVE_CUDA
-    if (p.is_cuda) return flashc_cuda_backward(&p);
-#endif
-    return flashc_cpu_backward(&p);
+    void *owned = malloc(required);
+    if (!owned)
+        return flashc_fail(FLASHC_ERROR_WORKSPACE, "workspace: cannot allocate %zu bytes",
+                           required);
+    st = run_backward(&p, owned, required, required);
+    free(owned);
+    return st;
 }

@@ -1,7 +1,8 @@
 /* libFuzzer target for the public C API.
  *
  * The input bytes are decoded into one call of one entry point: forward,
- * backward, the workspace-size query, or the small helpers (options
+ * backward (with a caller's workspace, or in one call with its allocator
+ * or the library's), the workspace-size query, or the small helpers (options
  * default, tensor_contiguous, status_string, dtype_size, version). For the
  * attention calls a small, consistent problem is built first (batched or
  * varlen, any dtype, optional LSE / S_dmask / dLSE / ALiBi / seqused_k,
@@ -528,6 +529,24 @@ static void fuzz_forward(reader *r) {
     release(&c);
 }
 
+/* The one-call backward's allocator: malloc'ed memory (freed after the
+ * call), or NULL when `fail` is set. */
+typedef struct fuzz_allocator {
+    int fail;
+    void *memory;
+} fuzz_allocator;
+
+static void *fuzz_allocate(void *context, size_t bytes, flashc_device device) {
+    fuzz_allocator *fa = context;
+    if (device.type != FLASHC_DEVICE_CPU) fail("the allocator was asked for non-CPU memory", FLASHC_SUCCESS);
+    if (fa->memory) fail("the allocator was called twice", FLASHC_SUCCESS);
+    if (fa->fail) return NULL;
+    fa->memory = malloc(bytes);
+    if (!fa->memory) abort();
+    memset(fa->memory, 0xA5, bytes);
+    return fa->memory;
+}
+
 static void fuzz_backward(reader *r, int query_only) {
     fuzz_case c;
     build_problem(&c, r, 1);
@@ -567,6 +586,17 @@ static void fuzz_backward(reader *r, int query_only) {
      * passed is never more than what is allocated. */
     size_t ws_bytes = need;
     uint8_t w = rd_u8(r);
+    if (st == FLASHC_SUCCESS && need <= BUDGET_BYTES && w >= 184 && w < 200) {
+        /* The one-call backward: its workspace from the library (allocate
+         * NULL) or from an allocator that succeeds or fails by the byte. */
+        fuzz_allocator fa = {w & 1, NULL};
+        flashc_status ast = flashc_attention_backward_allocating(&a, w < 192 ? NULL : fuzz_allocate, &fa);
+        count_status(1, ast);
+        check_result(&c, ast);
+        free(fa.memory);
+        release(&c);
+        return;
+    }
     if (st != FLASHC_SUCCESS || need > BUDGET_BYTES) ws_bytes = rd_below(r, 256);
     else if (w >= 224) ws_bytes = need > 0 ? need - 1 - (size_t)rd_below(r, (int)(need < 64 ? need : 64)) : 0;
     else if (w >= 208) ws_bytes = need + (size_t)rd_below(r, 64);
