@@ -4,7 +4,10 @@
  *
  * FLASHC_CPU_ISA=avx512|avx2|generic in the environment caps the choice
  * (testing every variant on one machine); it never selects an ISA the CPU
- * lacks. */
+ * lacks. The choice is made on the first CPU call and kept: the CPU and
+ * the environment variable are read once, not on every call (the variable
+ * is read from the environment the process has at that point). */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +24,7 @@ typedef struct flashc_cpu_variant {
 typedef enum { FLASHC_CPU_GENERIC = 0, FLASHC_CPU_AVX2, FLASHC_CPU_AVX512 } flashc_cpu_isa;
 
 #if defined(FLASHC_CPU_HAVE_X86_VARIANTS)
-static flashc_cpu_isa flashc_cpu_best_isa(void) {
+static flashc_cpu_isa flashc_cpu_detect_isa(void) {
     flashc_cpu_isa isa = FLASHC_CPU_GENERIC;
     __builtin_cpu_init();
     /* Every AVX2 processor has F16C too (which some compilers cannot test). */
@@ -36,6 +39,20 @@ static flashc_cpu_isa flashc_cpu_best_isa(void) {
         else if (strcmp(cap, "avx2") == 0 && isa > FLASHC_CPU_AVX2) isa = FLASHC_CPU_AVX2;
     }
     return isa;
+}
+
+/* flashc_cpu_detect_isa's answer, -1 until the first call. Threads racing
+ * on the first call each compute the same value: the only state the
+ * library keeps, and a constant of the process once set. */
+static atomic_int flashc_cpu_isa_chosen = -1;
+
+static flashc_cpu_isa flashc_cpu_best_isa(void) {
+    int isa = atomic_load_explicit(&flashc_cpu_isa_chosen, memory_order_relaxed);
+    if (isa < 0) {
+        isa = (int)flashc_cpu_detect_isa();
+        atomic_store_explicit(&flashc_cpu_isa_chosen, isa, memory_order_relaxed);
+    }
+    return (flashc_cpu_isa)isa;
 }
 #endif
 

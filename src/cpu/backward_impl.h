@@ -25,14 +25,20 @@ typedef struct fc_bwd_scratch {
     real *row_a, *row_b;
 } fc_bwd_scratch;
 
+/* Regions of the backward's per-thread scratch, sized by the problem's
+ * largest tile (bm rows, bn columns: fc_tile_extents). */
 #define FC_BWD_FIELDS(X)                                                                      \
-    X(Q, FC_BM *dp) X(dO, FC_BM *dvp) X(K, FC_BN *dp)                                           \
-    X(V, FC_BN *dv) X(P, FC_BN *FC_BM) X(dP, FC_BN *FC_BM)                                     \
-    X(Pd, FC_BN *FC_BM) X(T, FC_BN *FC_BM) X(dQ, FC_BM *dp) X(lse2, FC_BM) X(dsum, FC_BM)     \
+    X(Q, bm *dp) X(dO, bm *dvp) X(K, bn *dp) X(V, bn *dv) X(P, bn *FC_BM) X(dP, bn *FC_BM)     \
+    X(Pd, bn *FC_BM) X(T, bn *FC_BM) X(dQ, bm *dp) X(lse2, FC_BM) X(dsum, FC_BM)              \
     X(row_a, dmax) X(row_b, dmax)
 
-static size_t fc_bwd_scratch_bytes(int64_t d, int64_t dv) {
-    int64_t dp = fc_round_vl(d), dvp = fc_round_vl(dv), dmax = dp > dvp ? dp : dvp;
+#define FC_BWD_SIZES(p)                                                                       \
+    int64_t dv = (p)->head_dim_v, dp = fc_round_vl((p)->head_dim), dvp = fc_round_vl(dv);     \
+    int64_t dmax = dp > dvp ? dp : dvp, bm, bn;                                               \
+    fc_tile_extents(p, &bm, &bn)
+
+static size_t fc_bwd_scratch_bytes(const flashc_problem *p) {
+    FC_BWD_SIZES(p);
     size_t bytes = 0;
 #define FC_ADD_BYTES(name, count) bytes += fc_carve_bytes(count);
     FC_BWD_FIELDS(FC_ADD_BYTES)
@@ -40,8 +46,8 @@ static size_t fc_bwd_scratch_bytes(int64_t d, int64_t dv) {
     return bytes;
 }
 
-static fc_bwd_scratch fc_bwd_carve(char *base, int64_t d, int64_t dv) {
-    int64_t dp = fc_round_vl(d), dvp = fc_round_vl(dv), dmax = dp > dvp ? dp : dvp;
+static fc_bwd_scratch fc_bwd_carve(char *base, const flashc_problem *p) {
+    FC_BWD_SIZES(p);
     fc_bwd_scratch s;
 #define FC_CARVE_FIELD(name, count) s.name = fc_carve(&base, count);
     FC_BWD_FIELDS(FC_CARVE_FIELD)
@@ -309,35 +315,42 @@ static void fc_bwd_reduce_dq(const flashc_problem *p, const flashc_cpu_bwd_layou
     }
 }
 
+/* One thread's part of the backward. */
+static void fc_backward_thread(const flashc_problem *p, const flashc_cpu_bwd_layout *L,
+                               char *scratch, size_t per_thread) {
+    fc_bwd_scratch s = fc_bwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread, p);
+    int64_t ntasks = p->batch * p->nheads_k * L->nchunks;
+    int64_t partial_count = L->nchunks * p->total_q * p->nheads * p->head_dim;
+    real *partials = fc_ws_region(p, L->dq_offset);
+    fc_bwd_preprocess(p, L, &s);
+    fc_bwd_transpose_tiles(p, L, &s);
+    #pragma omp for schedule(static)
+    for (int64_t x = 0; x < partial_count; ++x) partials[x] = 0;
+    fc_bwd_zero_unused_keys(p);
+    /* (implicit barrier: D, LSE2 and zeroed partials are ready) */
+    #pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < ntasks; ++task) {
+        int64_t b = task / (p->nheads_k * L->nchunks);
+        int64_t hk = (task / L->nchunks) % p->nheads_k;
+        int64_t chunk = task % L->nchunks;
+        fc_bwd_task(p, L, b, hk, chunk, &s);
+    }
+    fc_bwd_reduce_dq(p, L, &s);
+}
+
 static flashc_status fc_backward(const flashc_problem *p) {
     flashc_cpu_bwd_layout L = flashc_cpu_bwd_layout_of(p);
     int nt = fc_thread_count(p);
-    size_t per_thread = fc_bwd_scratch_bytes(p->head_dim, p->head_dim_v);
+    size_t per_thread = fc_bwd_scratch_bytes(p);
     char *scratch = (char *)aligned_alloc(64, per_thread * (size_t)nt);
     if (!scratch)
         return flashc_fail(FLASHC_ERROR_BACKEND, "cpu: cannot allocate %zu bytes of tile scratch",
                            per_thread * (size_t)nt);
-    int64_t ntasks = p->batch * p->nheads_k * L.nchunks;
-    int64_t partial_count = L.nchunks * p->total_q * p->nheads * p->head_dim;
-    real *partials = fc_ws_region(p, L.dq_offset);
-    #pragma omp parallel num_threads(nt)
-    {
-        fc_bwd_scratch s = fc_bwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread,
-                                        p->head_dim, p->head_dim_v);
-        fc_bwd_preprocess(p, &L, &s);
-        fc_bwd_transpose_tiles(p, &L, &s);
-        #pragma omp for schedule(static)
-        for (int64_t x = 0; x < partial_count; ++x) partials[x] = 0;
-        fc_bwd_zero_unused_keys(p);
-        /* (implicit barrier: D, LSE2 and zeroed partials are ready) */
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < ntasks; ++task) {
-            int64_t b = task / (p->nheads_k * L.nchunks);
-            int64_t hk = (task / L.nchunks) % p->nheads_k;
-            int64_t chunk = task % L.nchunks;
-            fc_bwd_task(p, &L, b, hk, chunk, &s);
-        }
-        fc_bwd_reduce_dq(p, &L, &s);
+    if (fc_parallel_region(nt)) {
+        #pragma omp parallel num_threads(nt)
+        fc_backward_thread(p, &L, scratch, per_thread);
+    } else {
+        fc_backward_thread(p, &L, scratch, per_thread);
     }
     free(scratch);
     return FLASHC_SUCCESS;

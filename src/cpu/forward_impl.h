@@ -18,25 +18,32 @@ typedef struct fc_fwd_scratch {
     real *Qt, *K, *V, *S, *O, *m, *l, *alpha, *row_tmp;
 } fc_fwd_scratch;
 
-static size_t fc_fwd_scratch_bytes(int64_t d, int64_t dv) {
-    int64_t dvp = fc_round_vl(dv), dmax = d > dvp ? d : dvp;
-    return fc_carve_bytes(d * FC_BM) + fc_carve_bytes(FC_BN * d) + fc_carve_bytes(FC_BN * dvp) +
-           fc_carve_bytes(FC_BN * FC_BM) + fc_carve_bytes(FC_BM * dvp) + 3 * fc_carve_bytes(FC_BM) +
-           fc_carve_bytes(dmax);
+/* Regions of the forward's per-thread scratch, sized by the problem's
+ * largest tile (bm rows, bn columns: fc_tile_extents). */
+#define FC_FWD_FIELDS(X)                                                                      \
+    X(Qt, d *FC_BM) X(K, bn *d) X(V, bn *dvp) X(S, bn *FC_BM) X(O, bm *dvp) X(m, FC_BM)       \
+    X(l, FC_BM) X(alpha, FC_BM) X(row_tmp, dmax)
+
+#define FC_FWD_SIZES(p)                                                                       \
+    int64_t d = (p)->head_dim, dvp = fc_round_vl((p)->head_dim_v), dmax = d > dvp ? d : dvp;  \
+    int64_t bm, bn;                                                                           \
+    fc_tile_extents(p, &bm, &bn)
+
+static size_t fc_fwd_scratch_bytes(const flashc_problem *p) {
+    FC_FWD_SIZES(p);
+    size_t bytes = 0;
+#define FC_ADD_BYTES(name, count) bytes += fc_carve_bytes(count);
+    FC_FWD_FIELDS(FC_ADD_BYTES)
+#undef FC_ADD_BYTES
+    return bytes;
 }
 
-static fc_fwd_scratch fc_fwd_carve(char *base, int64_t d, int64_t dv) {
-    int64_t dvp = fc_round_vl(dv), dmax = d > dvp ? d : dvp;
+static fc_fwd_scratch fc_fwd_carve(char *base, const flashc_problem *p) {
+    FC_FWD_SIZES(p);
     fc_fwd_scratch s;
-    s.Qt = fc_carve(&base, d * FC_BM);
-    s.K = fc_carve(&base, FC_BN * d);
-    s.V = fc_carve(&base, FC_BN * dvp);
-    s.S = fc_carve(&base, FC_BN * FC_BM);
-    s.O = fc_carve(&base, FC_BM * dvp);
-    s.m = fc_carve(&base, FC_BM);
-    s.l = fc_carve(&base, FC_BM);
-    s.alpha = fc_carve(&base, FC_BM);
-    s.row_tmp = fc_carve(&base, dmax);
+#define FC_CARVE_FIELD(name, count) s.name = fc_carve(&base, count);
+    FC_FWD_FIELDS(FC_CARVE_FIELD)
+#undef FC_CARVE_FIELD
     return s;
 }
 
@@ -244,28 +251,42 @@ static inline int fc_thread_count(const flashc_problem *p) {
     return p->num_threads > 0 ? p->num_threads : omp_get_max_threads();
 }
 
+/* Whether a call on `nt` threads runs in a parallel region of its own. On
+ * one thread it runs on the caller's thread directly: a parallel region's
+ * set-up costs more than a small problem's whole work, and its worksharing
+ * loops then run as a team of one. Inside a caller's parallel region a
+ * region of its own is needed even so, or those loops would be shared out
+ * among the caller's threads. */
+static inline int fc_parallel_region(int nt) { return nt > 1 || omp_in_parallel(); }
+
+/* One thread's part of the forward. */
+static void fc_forward_thread(const flashc_problem *p, char *scratch, size_t per_thread) {
+    fc_fwd_scratch s = fc_fwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread, p);
+    int64_t nrb = (p->seqlen_q + FC_BM - 1) / FC_BM;
+    int64_t ntasks = p->batch * p->nheads * nrb;
+    /* Later row tiles see more keys under a causal mask: start them first. */
+    #pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < ntasks; ++task) {
+        int64_t b = task / (p->nheads * nrb);
+        int64_t h = (task / nrb) % p->nheads;
+        int64_t rb = nrb - 1 - task % nrb;
+        fc_forward_tile(p, b, h, rb, &s);
+    }
+    fc_forward_fill_uncovered(p);
+}
+
 static flashc_status fc_forward(const flashc_problem *p) {
     int nt = fc_thread_count(p);
-    size_t per_thread = fc_fwd_scratch_bytes(p->head_dim, p->head_dim_v);
+    size_t per_thread = fc_fwd_scratch_bytes(p);
     char *scratch = (char *)aligned_alloc(64, per_thread * (size_t)nt);
     if (!scratch)
         return flashc_fail(FLASHC_ERROR_BACKEND, "cpu: cannot allocate %zu bytes of tile scratch",
                            per_thread * (size_t)nt);
-    int64_t nrb = (p->seqlen_q + FC_BM - 1) / FC_BM;
-    int64_t ntasks = p->batch * p->nheads * nrb;
-    #pragma omp parallel num_threads(nt)
-    {
-        fc_fwd_scratch s = fc_fwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread,
-                                        p->head_dim, p->head_dim_v);
-        /* Later row tiles see more keys under a causal mask: start them first. */
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < ntasks; ++task) {
-            int64_t b = task / (p->nheads * nrb);
-            int64_t h = (task / nrb) % p->nheads;
-            int64_t rb = nrb - 1 - task % nrb;
-            fc_forward_tile(p, b, h, rb, &s);
-        }
-        fc_forward_fill_uncovered(p);
+    if (fc_parallel_region(nt)) {
+        #pragma omp parallel num_threads(nt)
+        fc_forward_thread(p, scratch, per_thread);
+    } else {
+        fc_forward_thread(p, scratch, per_thread);
     }
     free(scratch);
     return FLASHC_SUCCESS;

@@ -142,6 +142,17 @@ static inline void fc_set_key_tile(fc_tile_ctx *t, int64_t kb) {
     t->cols_pad = (t->cols + MR - 1) / MR * MR;
 }
 
+/* The largest rows_pad and cols_pad of any tile of problem p (one step at
+ * least): the extents its per-thread tile scratch is sized by. */
+static inline void fc_tile_extents(const flashc_problem *p, int64_t *rows_pad, int64_t *cols_pad) {
+    fc_tile_ctx t = {.sq = p->seqlen_q > 0 ? p->seqlen_q : 1,
+                     .sk = p->seqlen_k > 0 ? p->seqlen_k : 1};
+    fc_set_row_tile(&t, 0);
+    fc_set_key_tile(&t, 0);
+    *rows_pad = t.rows_pad;
+    *cols_pad = t.cols_pad;
+}
+
 /* Turn raw tile dot products (of queries pre-scaled by scale*log2e, or by
  * scale/softcap when softcap is on) into logits in log2 units. With softcap
  * the tanh values are kept in `tanh_out` (for the backward's derivative). */
