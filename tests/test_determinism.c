@@ -1,6 +1,7 @@
 /* Determinism: forward and backward give bit-identical outputs run to run
  * and whatever the thread count (1, 2, the default), with and without the
- * deterministic flag (the CPU backend is deterministic by construction). */
+ * deterministic flag (the CPU backend is deterministic by construction),
+ * and when called from inside a caller's parallel region. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +135,52 @@ static void bit_identical(void **state) {
     assert_int_equal(failed, 0);
 }
 
+/* One-thread calls made from inside a caller's OpenMP parallel region (each
+ * thread of a team of two runs its own problem: the library opens a region
+ * of its own, so its worksharing loops are not shared out among the
+ * caller's threads) give the bits of the same call made outside one. */
+static void inside_a_callers_parallel_region(void **state) {
+    (void)state;
+    test_config c = test_config_shaped(FLASHC_DTYPE_FLOAT32, 2, 3, 1, 24, 16, 70, 131);
+    c.with_lse = 1;
+    c.options.causal = 1;
+    c.options.num_threads = 1;
+    uint64_t seed = test_seed("determinism in parallel", 0);
+    test_case outside, inside[2];
+    assert_int_equal(test_case_init(&outside, &c, seed), 0);
+    assert_int_equal(test_case_forward(&outside), FLASHC_SUCCESS);
+    assert_int_equal(test_case_backward(&outside), FLASHC_SUCCESS);
+    for (int t = 0; t < 2; ++t) assert_int_equal(test_case_init(&inside[t], &c, seed), 0);
+    flashc_status st[2] = {FLASHC_ERROR_ARGUMENT, FLASHC_ERROR_ARGUMENT};
+    int team = 0;
+    #pragma omp parallel num_threads(2)
+    {
+        int t = omp_get_thread_num();
+        #pragma omp single
+        team = omp_get_num_threads();
+        st[t] = test_case_forward(&inside[t]);
+        if (st[t] == FLASHC_SUCCESS) st[t] = test_case_backward(&inside[t]);
+    }
+    if (team != 2) {
+        printf("note: the parallel region got %d thread(s)\n", team);
+    }
+    for (int t = 0; t < team; ++t) {
+        assert_int_equal(st[t], FLASHC_SUCCESS);
+        const test_alloc *a[5] = {&inside[t].a_out, &inside[t].a_lse, &inside[t].a_dq,
+                                  &inside[t].a_dk, &inside[t].a_dv};
+        const test_alloc *b[5] = {&outside.a_out, &outside.a_lse, &outside.a_dq, &outside.a_dk,
+                                  &outside.a_dv};
+        for (int i = 0; i < 5; ++i) {
+            assert_int_equal(a[i]->size, b[i]->size);
+            assert_memory_equal(a[i]->bytes, b[i]->bytes, a[i]->size);
+        }
+    }
+    for (int t = 0; t < 2; ++t) test_case_free(&inside[t]);
+    test_case_free(&outside);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(bit_identical)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(bit_identical),
+                                       cmocka_unit_test(inside_a_callers_parallel_region)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
