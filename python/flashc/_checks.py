@@ -22,19 +22,27 @@ ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 def attention_inputs_ok(rank, q, k, v, *others):
     """q, k, v tensors of `rank` and one supported dtype, on one usable
-    device with the (non-None) `others`."""
+    device with the (non-None) `others`. (The device as is_cpu / is_cuda
+    and get_device(): cheaper than comparing torch.device objects.)"""
     try:
-        dtype, device = q.dtype, q.device
+        dtype = q.dtype
         if not (q.dim() == rank and k.dim() == rank and v.dim() == rank
-                and dtype in ATTENTION_DTYPES and k.dtype == dtype and v.dtype == dtype
-                and k.device == device and v.device == device):
+                and dtype in ATTENTION_DTYPES and k.dtype is dtype and v.dtype is dtype):
             return False
-        for t in others:
-            if t is not None and t.device != device:
+        if q.is_cpu:
+            for t in (k, v, *others):
+                if t is not None and not t.is_cpu:
+                    return False
+            return True
+        if not q.is_cuda:
+            return False
+        index = q.get_device()
+        for t in (k, v, *others):
+            if t is not None and not (t.is_cuda and t.get_device() == index):
                 return False
     except AttributeError:  # not tensors
         return False
-    return device.type == "cpu" or (device.type == "cuda" and _library.cuda_available())
+    return _library.cuda_available()
 
 
 def forward_scalars_ok(dropout_p, scale):

@@ -36,10 +36,12 @@ _WORKSPACE = struct.Struct(
 )
 assert _cabi.BackwardArgs.workspace_bytes.offset == _WORKSPACE_AT + ctypes.sizeof(ctypes.c_void_p)
 
-# Tensors each call may describe: the forward's ten, the backward's thirteen.
+# Tensors each call may describe, in the order their descriptors are
+# written (write_call_descriptors: the q-like ones, the LSE, the optional
+# ones): the forward's ten, the backward's thirteen.
 _FORWARD_TENSORS = ("q", "k", "v", "out", "lse", "s_dmask", "alibi_slopes", "cu_seqlens_q",
                     "cu_seqlens_k", "seqused_k")
-_BACKWARD_TENSORS = ("dout", "q", "k", "v", "out", "lse", "dlse", "dq", "dk", "dv",
+_BACKWARD_TENSORS = ("dout", "q", "k", "v", "out", "dq", "dk", "dv", "lse", "dlse",
                      "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k")
 
 
@@ -97,74 +99,95 @@ def _pack(packer, names, codes, buffer, values):
         ) from None
 
 
-def _device_scope(q):
-    """The CUDA device of q made current for the call (the library launches
-    on the current device), with torch.cuda.device when it is not already."""
+def _other_device(q):
+    """The CUDA device of q, to be made current for the call (the library
+    launches on the current device), or None where it already is (or q is
+    on the CPU)."""
     if not q.is_cuda:
-        return _NO_DEVICE_SCOPE
+        return None
     index = q.get_device()
     if _current_cuda_device is not None and _current_cuda_device() == index:
-        return _NO_DEVICE_SCOPE
+        return None
     return torch.cuda.device(index)
 
 
-def _check(status):
-    if status != _cabi.SUCCESS:
-        raise error_for_status(status, _library.last_error_message())
+def _fail(status):
+    raise error_for_status(status, _library.last_error_message())
 
 
 def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, window_right,
             softcap, alibi_slopes, dropout_p, seed, offset, cu_seqlens_q=None,
-            cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0):
+            cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, *,
+            checked=False):
     """Runs the forward into the given out / lse / s_dmask (s_dmask may be
-    None). (Positional parameters: the package's own calls pass them so,
-    which costs less than keywords.)"""
+    None). checked=True: the caller has checked that q, k, v have one
+    dtype and device and made out and lse on that device, out in that
+    dtype (only q is then asked them). (Positional parameters: the
+    package's own calls pass them so, which costs less than keywords.)"""
     buffer = _ForwardBuffer()
     if cu_seqlens_q is None:
         cu_seqlens_k = seqused_k = None
         max_seqlen_q = max_seqlen_k = 0
-    a = _tensors.write_descriptors(
-        buffer, _FORWARD_DESCRIPTORS_AT,
-        (q, k, v, out, lse, s_dmask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k),
-        _FORWARD_TENSORS,
+    a = _tensors.write_call_descriptors(
+        buffer, _FORWARD_DESCRIPTORS_AT, (q, k, v, out), lse,
+        (s_dmask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k), _FORWARD_TENSORS,
+        checked,
     )
     num_threads, stream = _execution(q)
     _pack(_FORWARD, _FORWARD_FIELDS, _FORWARD_CODES, buffer,
           (a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8], a[9], max_seqlen_q, max_seqlen_k,
            softmax_scale, int(causal), window_left, window_right, softcap, a[6], dropout_p,
            seed, offset, 0, num_threads, stream))
-    with _device_scope(q):
-        _check(_library.attention_forward(ctypes.addressof(buffer)))
+    device = _other_device(q)
+    if device is None:
+        status = _library.attention_forward(ctypes.addressof(buffer))
+    else:
+        with device:
+            status = _library.attention_forward(ctypes.addressof(buffer))
+    if status:
+        _fail(status)
 
 
 def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale, causal, window_left,
              window_right, softcap, alibi_slopes, dropout_p, seed, offset, deterministic,
              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
-    """Runs the backward into the given dq / dk / dv, with a workspace
-    allocated by PyTorch on the tensors' device."""
+    """Runs the backward into the given dq / dk / dv. The workspace: on the
+    CPU the library's own (flashc_attention_backward_allocating, one call);
+    on CUDA one PyTorch allocates on the current stream after the size
+    query (a ctypes callback into Python for it would cost as much as the
+    query)."""
     buffer = _BackwardBuffer()
     if cu_seqlens_q is None:
         cu_seqlens_k = None
         max_seqlen_q = max_seqlen_k = 0
-    a = _tensors.write_descriptors(
-        buffer, _BACKWARD_DESCRIPTORS_AT,
-        (dout, q, k, v, out, lse, dlse, dq, dk, dv, alibi_slopes, cu_seqlens_q, cu_seqlens_k),
-        _BACKWARD_TENSORS,
+    a = _tensors.write_call_descriptors(
+        buffer, _BACKWARD_DESCRIPTORS_AT, (dout, q, k, v, out, dq, dk, dv), lse,
+        (dlse, alibi_slopes, cu_seqlens_q, cu_seqlens_k), _BACKWARD_TENSORS,
     )
     num_threads, stream = _execution(q)
     _pack(_BACKWARD, _BACKWARD_FIELDS, _BACKWARD_CODES, buffer,
-          (a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], 0, 0, a[11], a[12], 0,
+          (a[0], a[1], a[2], a[3], a[4], a[8], a[9], a[5], a[6], a[7], 0, 0, a[11], a[12], 0,
            max_seqlen_q, max_seqlen_k, softmax_scale, int(causal), window_left, window_right,
            softcap, a[10], dropout_p, seed, offset, int(deterministic), num_threads, stream))
     args = ctypes.addressof(buffer)
-    with _device_scope(q):
+    if not q.is_cuda:
+        status = _library.attention_backward_allocating(args, None, None)
+        if status:
+            _fail(status)
+        return
+    device = _other_device(q)
+    with device if device is not None else _NO_DEVICE_SCOPE:
         nbytes = ctypes.c_size_t(0)
-        _check(_library.attention_backward_workspace_size(args, ctypes.addressof(nbytes)))
+        status = _library.attention_backward_workspace_size(args, ctypes.addressof(nbytes))
+        if status:
+            _fail(status)
         workspace = None
         if nbytes.value:
             workspace = q.new_empty(nbytes.value, dtype=torch.uint8)
             _WORKSPACE.pack_into(buffer, _WORKSPACE_AT, workspace.data_ptr(), nbytes.value)
-        _check(_library.attention_backward(args))
+        status = _library.attention_backward(args)
+        if status:
+            _fail(status)
         # Released right after the launch: the caching allocator gives the
         # memory only to later work on the same stream, which runs after the
         # kernels that read it.

@@ -65,6 +65,12 @@ def _declare(lib):
     lib.flashc_attention_backward_workspace_size.restype = _cabi.c_enum
     lib.flashc_attention_backward.argtypes = [P(_cabi.BackwardArgs)]
     lib.flashc_attention_backward.restype = _cabi.c_enum
+    lib.flashc_attention_backward_allocating.argtypes = [
+        P(_cabi.BackwardArgs),
+        ctypes.c_void_p,  # flashc_workspace_allocator (NULL: the library's, CPU only)
+        ctypes.c_void_p,
+    ]
+    lib.flashc_attention_backward_allocating.restype = _cabi.c_enum
     return lib
 
 
@@ -102,6 +108,7 @@ attention_backward_workspace_size = _taking_addresses(
     "flashc_attention_backward_workspace_size", 2
 )
 attention_backward = _taking_addresses("flashc_attention_backward", 1)
+attention_backward_allocating = _taking_addresses("flashc_attention_backward_allocating", 3)
 
 #: The C library's version, "MAJOR.MINOR.PATCH".
 version = lib.flashc_version().decode()

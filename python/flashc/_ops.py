@@ -68,7 +68,9 @@ def can_call_directly(*tensors):
     torch_function mode (FakeTensorMode, make_fx, FlopCounterMode...), the
     autograd profiler (its trace names the operators), torch.jit tracing,
     or for tensor subclasses and devices other than cpu and cuda (meta
-    tensors go to the fake implementations). None entries are skipped."""
+    tensors go to the fake implementations). None entries are skipped; the
+    device is asked of the first tensor only (the bodies' checks reject
+    tensors on different devices, naming them)."""
     if (
         not _DIRECT_CALLS_POSSIBLE
         or torch.compiler.is_compiling()
@@ -79,9 +81,10 @@ def can_call_directly(*tensors):
     ):
         return False
     for t in tensors:
-        if t is not None and not (type(t) in _PLAIN_TENSOR_TYPES and (t.is_cpu or t.is_cuda)):
+        if t is not None and type(t) not in _PLAIN_TENSOR_TYPES:
             return False
-    return True
+    first = tensors[0]
+    return first.is_cpu or first.is_cuda
 
 
 # ---- forward -----------------------------------------------------------------
@@ -90,7 +93,8 @@ def can_call_directly(*tensors):
 def _run_forward(q, k, v, out, lse, s_dmask, dropout_p, softmax_scale, causal, window_size_left,
                  window_size_right, softcap, alibi_slopes, want_rng_state, varlen=()):
     """Both forward bodies' kernel call into out, lse and S_dmask (an empty
-    or absent S_dmask is not written), with a fresh dropout seed; varlen:
+    or absent S_dmask is not written), with a fresh dropout seed, after
+    their checks (so q, k, v have one dtype and device); varlen:
     (cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k) of
     _kernels.forward. Returns rng_state."""
     if dropout_p > 0.0:
@@ -101,7 +105,7 @@ def _run_forward(q, k, v, out, lse, s_dmask, dropout_p, softmax_scale, causal, w
     _kernels.forward(q, k, v, out, lse,
                      s_dmask if s_dmask is not None and s_dmask.numel() else None,
                      softmax_scale, causal, window_size_left, window_size_right, softcap,
-                     alibi_slopes, dropout_p, seed, offset, *varlen)
+                     alibi_slopes, dropout_p, seed, offset, *varlen, checked=True)
     return rng_state
 
 
@@ -110,12 +114,15 @@ def batched_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
                     want_s_dmask=True, want_rng_state=True):
     """flashc::_flash_attn_forward's body. want_s_dmask=False: S_dmask comes
     back as None unless requested; want_rng_state=False: rng_state comes
-    back as None without dropout."""
+    back as None without dropout. (The autograd Functions' forward on every
+    eager call: each line here runs per call.)"""
     if not _checks.attention_inputs_ok(4, q, k, v, alibi_slopes):
         _check_attention_inputs(q, k, v, 4, "(batch, seqlen, nheads, headdim)")
         _checks.same_device([("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes)])
     _check_forward_scalars(dropout_p, softmax_scale)
-    q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
+    # (stride()[-1]: stride(-1) parses its argument, which costs twice as much)
+    if q.stride()[-1] != 1 or k.stride()[-1] != 1 or v.stride()[-1] != 1:
+        q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
     out, lse, s_dmask = _batched_forward_outputs(q, k, v, return_softmax, dropout_p,
                                                  want_s_dmask)
     rng_state = _run_forward(q, k, v, out, lse, s_dmask, dropout_p, softmax_scale, causal,
@@ -144,8 +151,8 @@ def _flash_attn_forward(
 
 def _batched_forward_outputs(q, k, v, return_softmax, dropout_p, want_s_dmask=True):
     b, sq, h, _ = q.shape
-    sk = k.shape[1]
-    s_dmask = _shapes.s_dmask_shape(b, h, sq, sk) if return_softmax and dropout_p > 0 else None
+    s_dmask = (_shapes.s_dmask_shape(b, h, sq, k.shape[1]) if return_softmax and dropout_p > 0
+               else None)
     return _shapes.forward_outputs(q, v, (b, h, sq), s_dmask, want_s_dmask)
 
 
@@ -286,12 +293,11 @@ def _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, 
                   causal, window_size_left, window_size_right, softcap, alibi_slopes,
                   deterministic, rng_state, varlen=()):
     """Both backward bodies after their layout and device checks: the scalar
-    checks, then backward_kernels. Returns dout, q and out as the kernels
-    read them, for softmax_d."""
+    checks, then backward_kernels."""
     _check_forward_scalars(dropout_p, softmax_scale)
-    return backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p,
-                            softmax_scale, causal, window_size_left, window_size_right, softcap,
-                            alibi_slopes, deterministic, rng_state, varlen)
+    backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, softmax_scale,
+                     causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                     deterministic, rng_state, varlen)
 
 
 def backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p,
@@ -303,19 +309,22 @@ def backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_
     after theirs, and for the autograd Functions, whose tensors are their
     forward's (checked there) and whose dout autograd gives out's shape and
     dtype. varlen: (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    of _kernels.backward. Returns dout, q and out as the kernels read them."""
+    of _kernels.backward. Returns dq, dk, dv."""
     if dropout_p > 0:
         _checks.rng_state(rng_state, dropout_p)
         seed, offset = _rng.replay(rng_state)
     else:
         seed = offset = 0
-    dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
-                          maybe_contiguous(v), maybe_contiguous(out))
-    dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
+    if (dout.stride()[-1] != 1 or q.stride()[-1] != 1 or k.stride()[-1] != 1
+            or v.stride()[-1] != 1 or out.stride()[-1] != 1):
+        dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
+                              maybe_contiguous(v), maybe_contiguous(out))
+    if dq is None or dk is None or dv is None:
+        dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
     _kernels.backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, softmax_scale, causal,
                       window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, seed,
                       offset, deterministic, *varlen)
-    return dout, q, out
+    return dq, dk, dv
 
 
 def batched_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale,
@@ -331,9 +340,9 @@ def batched_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, sof
                              ("softmax_lse", softmax_lse), ("dlse", dlse), ("dq", dq),
                              ("dk", dk), ("dv", dv), ("alibi_slopes", alibi_slopes),
                              ("rng_state", rng_state)])
-    dout, q, out = _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p,
-                                 softmax_scale, causal, window_size_left, window_size_right,
-                                 softcap, alibi_slopes, deterministic, rng_state)
+    _run_backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, softmax_scale,
+                  causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                  deterministic, rng_state)
     if not want_softmax_d:
         return None
     softmax_d = _shapes.softmax_d_batched(q)
@@ -395,7 +404,7 @@ def varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, c
                          ("dv", dv), ("cu_seqlens_q", cu_seqlens_q),
                          ("cu_seqlens_k", cu_seqlens_k), ("alibi_slopes", alibi_slopes),
                          ("rng_state", rng_state)])
-    dout, q, out = _run_backward(
+    _run_backward(
         dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_p, softmax_scale, causal,
         window_size_left, window_size_right, softcap, alibi_slopes, deterministic, rng_state,
         (cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q, max_seqlen_k),

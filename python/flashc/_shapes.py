@@ -12,13 +12,13 @@ def round_multiple(x, m):
 
 def stats_dtype(dtype):
     """dtype of LSE and softmax_d: float32, float64 for float64 inputs."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    return torch.float64 if dtype is torch.float64 else torch.float32
 
 
-def head_dim_multiple(device):
-    """Head dims the backend of `device` takes directly are multiples of
-    this: any d on the CPU, multiples of 8 on CUDA."""
-    return 8 if device.type == "cuda" else 1
+def head_dim_multiple(t):
+    """Head dims the backend of tensor t's device takes directly are
+    multiples of this: any d on the CPU, multiples of 8 on CUDA."""
+    return 8 if t.is_cuda else 1
 
 
 def pad_head_dim(x, multiple):

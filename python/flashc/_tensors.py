@@ -20,10 +20,10 @@ _DTYPE_CODES = {
 def maybe_contiguous(x):
     """x itself unless its last dim is strided (the one layout the library
     cannot describe), as flash_attn does."""
-    if x is None or x.stride(-1) == 1:
+    if x is None or x.stride()[-1] == 1:
         return x
     x = x.contiguous()
-    if x.stride(-1) != 1 and x.numel() == 0:
+    if x.stride()[-1] != 1 and x.numel() == 0:
         # contiguous() keeps the strides of a tensor without elements (an
         # expanded empty gradient, say); a fresh one has standard strides.
         x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -85,6 +85,66 @@ def write_descriptor(buffer, offset, t, name):
         )
     _PACK_OF_RANK[rank](buffer, offset, t.data_ptr(), code, device, index, rank, *shape,
                         *t.stride())
+
+
+def _write_alike(buffer, offset, alike, stats, checked):
+    """The descriptors of `alike` then `stats` in one pack, where the alike
+    tensors have the first one's dtype, device and rank, and stats is on
+    that device with one dimension less (a call's q-like tensors and its
+    LSE); False, with nothing written, otherwise. `checked`: the caller
+    knows that they do (it checked them, or made them like the first), so
+    only the first is asked its dtype and device."""
+    first = alike[0]
+    code, stats_code = _DTYPE_CODES.get(first.dtype), _DTYPE_CODES.get(stats.dtype)
+    rank = first.dim()
+    if code is None or stats_code is None or not 1 < rank <= _cabi.MAX_RANK:
+        return False
+    cuda = first.is_cuda
+    if cuda:
+        device, index = _cabi.DEVICE_CUDA, first.get_device()
+    elif first.is_cpu:
+        device, index = _cabi.DEVICE_CPU, 0
+    else:
+        return False
+    if not checked:
+        dtype = first.dtype
+        for t in alike:
+            if t.dtype is not dtype or not (
+                    t.is_cuda and t.get_device() == index if cuda else t.is_cpu):
+                return False
+        if not (stats.is_cuda and stats.get_device() == index if cuda else stats.is_cpu):
+            return False
+    values = []
+    for t in alike:
+        values += (t.data_ptr(), code, device, index, rank, *t.shape, *t.stride())
+    try:
+        _run_packer((rank,) * len(alike) + (rank - 1,))(
+            buffer, offset, *values, stats.data_ptr(), stats_code, device, index, rank - 1,
+            *stats.shape, *stats.stride())
+    except struct.error:  # a shape of another rank (the caller rewrites every descriptor)
+        return False
+    return True
+
+
+def write_call_descriptors(buffer, offset, alike, stats, others, names, checked=False):
+    """Descriptors of the tensors of one call from byte `offset` of
+    `buffer`, back to back: `alike` (its q-like tensors, one dtype, device
+    and rank when the call is valid), `stats` (its LSE) and `others` (the
+    optional tensors, None where absent); returns their addresses in that
+    order, 0 (NULL) for None. `names`: the C names of all of them, in that
+    order; `checked`: see _write_alike. The usual case, alike tensors and
+    an LSE on one device, is written in one pack; anything else goes
+    through write_descriptors, which describes each tensor as it is (the C
+    library then names any mismatch) or names one it cannot take."""
+    if stats is None or not _write_alike(buffer, offset, alike, stats, checked):
+        return write_descriptors(buffer, offset, (*alike, stats, *others), names)
+    count = len(alike) + 1
+    base = ctypes.addressof(buffer) + offset
+    addresses = [base + i * DESCRIPTOR_SIZE for i in range(count)]
+    if others.count(None) == len(others):
+        return addresses + [0] * len(others)
+    return addresses + write_descriptors(buffer, offset + count * DESCRIPTOR_SIZE, others,
+                                         names[count:])
 
 
 def write_descriptors(buffer, offset, tensors, names):

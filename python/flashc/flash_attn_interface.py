@@ -169,23 +169,12 @@ def _flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_
 # ---- shared pieces of the autograd Functions ---------------------------------
 #
 # These run on every call, so they are written for few Python operations:
-# the options travel as one tuple (_Options), checks that pass are cheap
-# and the detailed ones (with their messages) run only when one fails, and
-# whether the operators' bodies may be called directly is asked once per
-# call.
-
-
-class _Options(NamedTuple):
-    """The scalar arguments of a call, converted (_scalars), in the order of
-    the operators' parameters from dropout_p to alibi_slopes."""
-
-    dropout_p: float
-    softmax_scale: float
-    causal: bool
-    window_size_left: int
-    window_size_right: int
-    softcap: float
-    alibi_slopes: Optional[torch.Tensor]
+# the options travel as one plain tuple (see _attention_forward), checks
+# that pass are cheap and the detailed ones (with their messages) run only
+# when one fails, whether the operators' bodies may be called directly is
+# asked once per call, and the usual case (eager mode, separate q, k, v,
+# head dims the backend takes) goes from the Function to the operator's
+# body (forward) or to the kernels (backward) without further wrappers.
 
 
 def _unpad(grad, head_dim):
@@ -203,37 +192,16 @@ def _unpad(grad, head_dim):
 # always sees the operators.
 
 
-def _forward(direct, q, k, v, o, return_softmax, return_lse):
-    """(out_padded, softmax_lse, S_dmask, rng_state) of flashc::_flash_attn_forward."""
-    s_dmask = return_softmax and o.dropout_p > 0  # else an empty S_dmask, where returned
-    if direct:
-        return _ops.batched_forward(q, k, v, *o, s_dmask,
-                                    want_s_dmask=return_softmax or return_lse,
-                                    want_rng_state=False)
-    return _wrapped_flash_attn_forward(q, k, v, *o, s_dmask)
-
-
-def _varlen_forward(direct, q, k, v, varlen, o, return_softmax, return_lse):
+def _varlen_forward(direct, q, k, v, varlen, options, return_softmax, return_lse):
     """(out_padded, softmax_lse, S_dmask, rng_state) of
     flashc::_flash_attn_varlen_forward."""
-    s_dmask = return_softmax and o.dropout_p > 0  # else an empty S_dmask, where returned
+    s_dmask = return_softmax and options[0] > 0  # else an empty S_dmask, where returned
     args = (q, k, v, varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.max_seqlen_q,
-            varlen.max_seqlen_k, o.dropout_p, o.softmax_scale, o.causal, o.window_size_left,
-            o.window_size_right, o.softcap, o.alibi_slopes, s_dmask, varlen.block_table)
+            varlen.max_seqlen_k, *options[:7], s_dmask, varlen.block_table)
     if direct:
         return _ops.varlen_forward(*args, want_s_dmask=return_softmax or return_lse,
                                    want_rng_state=False)
     return _wrapped_flash_attn_varlen_forward(*args)
-
-
-def _backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse):
-    """flashc::_flash_attn_backward into dq, dk, dv, with the settings saved on ctx."""
-    if direct:
-        _ops.backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, *ctx.options,
-                              ctx.deterministic, rng_state)
-    else:
-        _wrapped_flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, *ctx.options,
-                                     ctx.deterministic, rng_state=rng_state, dlse=dlse)
 
 
 def _varlen_backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
@@ -242,21 +210,19 @@ def _varlen_backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, c
     saved on ctx."""
     if direct:
         _ops.backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, *ctx.options,
-                              ctx.deterministic, rng_state,
+                              rng_state,
                               (cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(),
                                ctx.max_seqlen_q, ctx.max_seqlen_k))
     else:
         _wrapped_flash_attn_varlen_backward(
             dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
-            ctx.max_seqlen_q, ctx.max_seqlen_k, *ctx.options, ctx.deterministic,
-            rng_state=rng_state, dlse=dlse)
+            ctx.max_seqlen_q, ctx.max_seqlen_k, *ctx.options, rng_state=rng_state, dlse=dlse)
 
 
-def _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse):
-    """The Function's outputs: out alone, or (out, softmax_lse, S_dmask) with
-    softmax_lse differentiable and S_dmask not."""
-    if not (return_softmax or return_lse):
-        return out
+def _outputs(ctx, out, softmax_lse, s_dmask):
+    """The Function's outputs where softmax_lse or S_dmask is returned:
+    (out, softmax_lse, S_dmask), softmax_lse differentiable and S_dmask
+    not."""
     ctx.mark_non_differentiable(s_dmask)
     return out, softmax_lse, s_dmask
 
@@ -308,7 +274,7 @@ def _gradient_buffers(direct, likes, shapes):
     if direct:
         if len(shapes) == 3:  # separate q, k, v: as flash_attn, empty_like of each
             # (where its last dim is contiguous: the kernels write rows)
-            return [torch.empty_like(t) if t.stride(-1) == 1 else t.new_empty(t.shape)
+            return [torch.empty_like(t) if t.stride()[-1] == 1 else t.new_empty(t.shape)
                     for t in likes]
         return [likes[0].new_empty(shape) for shape in shapes]
     sizes = [math.prod(shape) for shape in shapes]
@@ -356,22 +322,30 @@ def _attention_forward(ctx, inputs, dropout_p, softmax_scale, causal, window_siz
     dropout_p, softmax_scale, causal, window_size, softcap, deterministic = (
         _scalars.attention_options(dropout_p, softmax_scale, causal, window_size, softcap,
                                    deterministic))
-    return_softmax = _scalars.as_bool(return_softmax, "return_attn_probs")
-    return_lse = _scalars.as_bool(return_lse, "return_lse")
+    if type(return_softmax) is not bool:
+        return_softmax = _scalars.as_bool(return_softmax, "return_attn_probs")
+    if type(return_lse) is not bool:
+        return_lse = _scalars.as_bool(return_lse, "return_lse")
     first = inputs[0]
     head_dim = first.shape[-1]
     head_dim_v = inputs[2].shape[-1] if len(inputs) == 3 else head_dim
-    options = _Options(dropout_p, head_dim ** -0.5 if softmax_scale is None else softmax_scale,
-                       causal, window_size[0], window_size[1], softcap, alibi_slopes)
-    multiple = head_dim_multiple(first.device)
+    if softmax_scale is None:
+        softmax_scale = head_dim ** -0.5
+    multiple = head_dim_multiple(first)
     padded = multiple > 1 and (head_dim % multiple or head_dim_v % multiple)
     if padded:
         inputs = [pad_head_dim(t, multiple) for t in inputs]
-    q, k, v = _unpacked(inputs)
+    q, k, v = inputs if len(inputs) == 3 else _unpacked(inputs)
+    s_dmask = return_softmax and dropout_p > 0  # else an empty S_dmask, where returned
     if varlen is None:
-        direct = _ops.can_call_directly(q, k, v, alibi_slopes)
-        out_padded, softmax_lse, s_dmask, rng_state = _forward(direct, q, k, v, options,
-                                                               return_softmax, return_lse)
+        if _ops.can_call_directly(q, k, v, alibi_slopes):
+            out_padded, softmax_lse, s_dmask, rng_state = _ops.batched_forward(
+                q, k, v, dropout_p, softmax_scale, causal, window_size[0], window_size[1],
+                softcap, alibi_slopes, s_dmask, return_softmax or return_lse, False)
+        else:
+            out_padded, softmax_lse, s_dmask, rng_state = _wrapped_flash_attn_forward(
+                q, k, v, dropout_p, softmax_scale, causal, window_size[0], window_size[1],
+                softcap, alibi_slopes, s_dmask)
         cu_seqlens = ()
     else:
         varlen = varlen._replace(max_seqlen_q=_scalars.as_int(varlen.max_seqlen_q, "max_seqlen_q"),
@@ -379,7 +353,10 @@ def _attention_forward(ctx, inputs, dropout_p, softmax_scale, causal, window_siz
         direct = _ops.can_call_directly(q, k, v, varlen.cu_seqlens_q, varlen.cu_seqlens_k,
                                         alibi_slopes)
         out_padded, softmax_lse, s_dmask, rng_state = _varlen_forward(
-            direct, q, k, v, varlen, options, return_softmax, return_lse)
+            direct, q, k, v, varlen,
+            (dropout_p, softmax_scale, causal, window_size[0], window_size[1], softcap,
+             alibi_slopes),
+            return_softmax, return_lse)
         # One cu_seqlens for both (the qkv-packed Function) is saved once.
         cu_seqlens = ((varlen.cu_seqlens_q,) if varlen.cu_seqlens_k is varlen.cu_seqlens_q
                       else (varlen.cu_seqlens_q, varlen.cu_seqlens_k))
@@ -387,41 +364,53 @@ def _attention_forward(ctx, inputs, dropout_p, softmax_scale, causal, window_siz
     # Tensors are saved only when a gradient is needed; the rest lives on ctx.
     if is_grad_enabled and (first.requires_grad or any(t.requires_grad for t in inputs[1:])):
         ctx.save_for_backward(q, k, v, out_padded, softmax_lse, *cu_seqlens, rng_state)
-    ctx.options = options
-    ctx.deterministic = deterministic
+    # the backward operators' parameters from dropout_p to deterministic
+    ctx.options = (dropout_p, softmax_scale, causal, window_size[0], window_size[1], softcap,
+                   alibi_slopes, deterministic)
     # one head dim per tensor input (only a separate v has its own)
     ctx.head_dims = (head_dim, head_dim, head_dim_v)[:len(inputs)]
     ctx.padded = padded
     ctx.set_materialize_grads(False)
     out = out_padded[..., :head_dim_v] if padded else out_padded
-    return _outputs(ctx, out, softmax_lse, s_dmask, return_softmax, return_lse)
+    if not (return_softmax or return_lse):
+        return out
+    return _outputs(ctx, out, softmax_lse, s_dmask)
 
 
 def _attention_backward(ctx, dout, dlse):
     """The backward of every Function: the gradients of its tensor inputs,
     in the layout the forward received them (see _attention_forward)."""
     q, k, v, out, softmax_lse, *cu_seqlens, rng_state = ctx.saved_tensors
-    dout = _incoming_dout(dout, out)
+    if dout is None or ctx.padded:  # (else autograd gives dout out's shape)
+        dout = _incoming_dout(dout, out)
+    options = ctx.options
     count = len(ctx.head_dims)
+    if not cu_seqlens:
+        direct = _ops.can_call_directly(dout, q, k, v, out, softmax_lse, options[6], rng_state,
+                                        dlse)
+        if direct and count == 3 and not ctx.padded:  # the usual case
+            return _ops.backward_kernels(dout, q, k, v, out, softmax_lse, dlse, None, None,
+                                         None, *options, rng_state)
+    else:
+        direct = _ops.can_call_directly(dout, q, k, v, out, softmax_lse, *cu_seqlens,
+                                        options[6], rng_state, dlse)
     if count == 1:
         shapes = (_packed_shape(q, 3),)
     elif count == 2:
         shapes = (q.shape, _packed_shape(k, 2))
     else:
         shapes = (q.shape, k.shape, v.shape)
+    buffers = _gradient_buffers(direct, (q, k, v), shapes)
+    dq, dk, dv = _unpacked(buffers)
     if cu_seqlens:
-        direct = _ops.can_call_directly(dout, q, k, v, out, softmax_lse, *cu_seqlens,
-                                        ctx.options.alibi_slopes, rng_state, dlse)
-        buffers = _gradient_buffers(direct, (q, k, v), shapes)
-        dq, dk, dv = _unpacked(buffers)
         _varlen_backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens[0],
                          cu_seqlens[-1], rng_state, dlse)
+    elif direct:
+        _ops.backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, *options,
+                              rng_state)
     else:
-        direct = _ops.can_call_directly(dout, q, k, v, out, softmax_lse,
-                                        ctx.options.alibi_slopes, rng_state, dlse)
-        buffers = _gradient_buffers(direct, (q, k, v), shapes)
-        dq, dk, dv = _unpacked(buffers)
-        _backward(ctx, direct, dout, q, k, v, out, softmax_lse, dq, dk, dv, rng_state, dlse)
+        _wrapped_flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, *options,
+                                     rng_state=rng_state, dlse=dlse)
     if not ctx.padded:
         # (the shapes are not even read, so torch.jit.trace records no comparison)
         return tuple(buffers)
@@ -617,7 +606,8 @@ def flash_attn_func(
     corner: query i sees key j iff j <= i + seqlen_k - seqlen_q; a row that
     sees no key gives 0. Other arguments and the return value as
     flash_attn_qkvpacked_func."""
-    q, k, v = _distinct(q, k, v)
+    if k is q or v is q or v is k:  # (_distinct's test, inline: it runs on every call)
+        q, k, v = _distinct(q, k, v)
     result = FlashAttnFunc.apply(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, return_attn_probs, return_lse, torch.is_grad_enabled(),
