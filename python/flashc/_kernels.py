@@ -131,7 +131,7 @@ def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, wind
     a = _tensors.write_call_descriptors(
         buffer, _FORWARD_DESCRIPTORS_AT, (q, k, v, out), lse,
         (s_dmask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k), _FORWARD_TENSORS,
-        checked,
+        4 if checked else 0,
     )
     num_threads, stream = _execution(q)
     _pack(_FORWARD, _FORWARD_FIELDS, _FORWARD_CODES, buffer,
@@ -150,12 +150,14 @@ def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, wind
 
 def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale, causal, window_left,
              window_right, softcap, alibi_slopes, dropout_p, seed, offset, deterministic,
-             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
-    """Runs the backward into the given dq / dk / dv. The workspace: on the
-    CPU the library's own (flashc_attention_backward_allocating, one call);
-    on CUDA one PyTorch allocates on the current stream after the size
-    query (a ctypes callback into Python for it would cost as much as the
-    query)."""
+             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, *,
+             made_gradients=False):
+    """Runs the backward into the given dq / dk / dv. made_gradients=True:
+    the caller made dq, dk, dv like q, k, v (so they are not asked their
+    dtype and device). The workspace: on the CPU the library's own
+    (flashc_attention_backward_allocating, one call); on CUDA one PyTorch
+    allocates on the current stream after the size query (a ctypes
+    callback into Python for it would cost as much as the query)."""
     buffer = _BackwardBuffer()
     if cu_seqlens_q is None:
         cu_seqlens_k = None
@@ -163,6 +165,7 @@ def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale, causal, w
     a = _tensors.write_call_descriptors(
         buffer, _BACKWARD_DESCRIPTORS_AT, (dout, q, k, v, out, dq, dk, dv), lse,
         (dlse, alibi_slopes, cu_seqlens_q, cu_seqlens_k), _BACKWARD_TENSORS,
+        3 if made_gradients else 0,
     )
     num_threads, stream = _execution(q)
     _pack(_BACKWARD, _BACKWARD_FIELDS, _BACKWARD_CODES, buffer,

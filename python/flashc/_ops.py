@@ -57,6 +57,7 @@ _STATE_QUERIES = tuple(
     )
 )
 _DIRECT_CALLS_POSSIBLE = None not in _STATE_QUERIES
+_is_compiling = torch.compiler.is_compiling  # (the function torch.compile recognises)
 (_dispatch_mode_count, _torch_function_mode_enabled, _profiler_enabled,
  _jit_tracing_state) = _STATE_QUERIES
 
@@ -73,7 +74,7 @@ def can_call_directly(*tensors):
     tensors on different devices, naming them)."""
     if (
         not _DIRECT_CALLS_POSSIBLE
-        or torch.compiler.is_compiling()
+        or _is_compiling()
         or _dispatch_mode_count()
         or _torch_function_mode_enabled()
         or _profiler_enabled()
@@ -319,11 +320,14 @@ def backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_
             or v.stride()[-1] != 1 or out.stride()[-1] != 1):
         dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
                               maybe_contiguous(v), maybe_contiguous(out))
-    if dq is None or dk is None or dv is None:
+    made = dq is None and dk is None and dv is None
+    if made:  # as flash_attn, empty_like of each (their last dim contiguous, as the kernels write)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    elif dq is None or dk is None or dv is None:
         dq, dk, dv = _gradient_buffers(q, k, v, dq, dk, dv)
     _kernels.backward(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, softmax_scale, causal,
                       window_size_left, window_size_right, softcap, alibi_slopes, dropout_p, seed,
-                      offset, deterministic, *varlen)
+                      offset, deterministic, *varlen, made_gradients=made)
     return dq, dk, dv
 
 

@@ -91,9 +91,11 @@ def _write_alike(buffer, offset, alike, stats, checked):
     """The descriptors of `alike` then `stats` in one pack, where the alike
     tensors have the first one's dtype, device and rank, and stats is on
     that device with one dimension less (a call's q-like tensors and its
-    LSE); False, with nothing written, otherwise. `checked`: the caller
-    knows that they do (it checked them, or made them like the first), so
-    only the first is asked its dtype and device."""
+    LSE); False, with nothing written, otherwise. `checked`: how many of
+    the alike tensors, counted from the end, the caller knows to be like
+    the first (it checked them, or made them like it), so they are not
+    asked their dtype and device; when that is all of them, stats too is
+    known to be on their device."""
     first = alike[0]
     code, stats_code = _DTYPE_CODES.get(first.dtype), _DTYPE_CODES.get(stats.dtype)
     rank = first.dim()
@@ -106,9 +108,9 @@ def _write_alike(buffer, offset, alike, stats, checked):
         device, index = _cabi.DEVICE_CPU, 0
     else:
         return False
-    if not checked:
+    if checked < len(alike):
         dtype = first.dtype
-        for t in alike:
+        for t in alike[1:len(alike) - checked]:
             if t.dtype is not dtype or not (
                     t.is_cuda and t.get_device() == index if cuda else t.is_cpu):
                 return False
@@ -126,7 +128,7 @@ def _write_alike(buffer, offset, alike, stats, checked):
     return True
 
 
-def write_call_descriptors(buffer, offset, alike, stats, others, names, checked=False):
+def write_call_descriptors(buffer, offset, alike, stats, others, names, checked=0):
     """Descriptors of the tensors of one call from byte `offset` of
     `buffer`, back to back: `alike` (its q-like tensors, one dtype, device
     and rank when the call is valid), `stats` (its LSE) and `others` (the

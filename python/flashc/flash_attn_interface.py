@@ -370,10 +370,10 @@ def _attention_forward(ctx, inputs, dropout_p, softmax_scale, causal, window_siz
     # one head dim per tensor input (only a separate v has its own)
     ctx.head_dims = (head_dim, head_dim, head_dim_v)[:len(inputs)]
     ctx.padded = padded
-    ctx.set_materialize_grads(False)
     out = out_padded[..., :head_dim_v] if padded else out_padded
     if not (return_softmax or return_lse):
-        return out
+        return out  # (one output: autograd passes zeros where its gradient is undefined)
+    ctx.set_materialize_grads(False)
     return _outputs(ctx, out, softmax_lse, s_dmask)
 
 
