@@ -198,7 +198,8 @@ step_sanitize() {
     done
     for problem in "--hdim 128 --seqlen 300 --no-causal" "--hdim 64 --seqlen 200 --causal --varlen" \
                    "--hdim 256 --seqlen 130 --kv-heads 2 --window 40,8 --no-causal" \
-                   "--hdim 64 --seqlen 150 --dropout 0.2 --alibi h" "--hdim 96 --seqlen 100 --softcap 20"; do
+                   "--hdim 64 --seqlen 150 --dropout 0.2 --alibi h" "--hdim 96 --seqlen 100 --softcap 20" \
+                   "--hdim 192 --hdim-v 128 --seqlen 270 --causal" "--hdim 192 --seqlen 130 --no-causal --softcap 10"; do
         # shellcheck disable=SC2086
         run_sanitizer "racecheck flashc run $problem" 60 --tool racecheck --racecheck-report analysis \
             "$B/flashc" run --batch 2 --heads 4 $problem --forward-only --quiet
