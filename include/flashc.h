@@ -21,7 +21,9 @@
  *
  * Every entry point returns a flashc_status. On error nothing is written and
  * flashc_last_error_message() (thread-local) names the offending argument.
- * The library keeps no global mutable state and never exits or aborts.
+ * The library keeps no global mutable state beyond facts about the machine
+ * that it learns once (the CPU's SIMD variant, CUDA devices' capabilities),
+ * and never exits or aborts.
  */
 #ifndef FLASHC_H
 #define FLASHC_H
