@@ -74,24 +74,12 @@ _current_cuda_device = getattr(torch._C, "_cuda_getDevice", None)
 _NO_DEVICE_SCOPE = contextlib.nullcontext()
 
 
-def _execution(q):
-    """(num_threads, stream) of a call on q's device: the current stream on
-    CUDA, torch.get_num_threads() threads on the CPU (the library's default
-    for the field a device does not use)."""
-    if q.is_cuda:
-        return _DEFAULT_NUM_THREADS, _current_raw_stream(q.get_device())
-    return torch.get_num_threads(), _DEFAULT_STREAM
-
-
-def _pack(packer, names, codes, buffer, values):
-    try:
-        packer.pack_into(buffer, 0, *values)
-    except struct.error:
-        misfit = _layout.misfit(names, codes, values)
-        if misfit is None:
-            raise
-        # A value its C field cannot hold (a window of 2**70, a float
-        # window), named as the C API names it.
+def _raise_misfit(names, codes, values):
+    """Where a value of an argument struct does not fit its C field (a
+    window of 2**70, a float window), raises the error naming it as the C
+    API names it (called where packing the struct failed)."""
+    misfit = _layout.misfit(names, codes, values)
+    if misfit is not None:
         name, value, code = misfit
         raise FlashcValueError(
             _cabi.ERROR_ARGUMENT,
@@ -101,10 +89,7 @@ def _pack(packer, names, codes, buffer, values):
 
 def _other_device(q):
     """The CUDA device of q, to be made current for the call (the library
-    launches on the current device), or None where it already is (or q is
-    on the CPU)."""
-    if not q.is_cuda:
-        return None
+    launches on the current device), or None where it already is."""
     index = q.get_device()
     if _current_cuda_device is not None and _current_cuda_device() == index:
         return None
@@ -113,6 +98,12 @@ def _other_device(q):
 
 def _fail(status):
     raise error_for_status(status, _library.last_error_message())
+
+
+# Both calls below run for every attention call, so they are written out
+# (the CUDA stream or the CPU thread count, the struct packing, the status
+# check) rather than split into helpers: each Python call costs, and on a
+# small problem they add up to as much as the kernels.
 
 
 def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, window_right,
@@ -133,12 +124,17 @@ def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, wind
         (s_dmask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k), _FORWARD_TENSORS,
         4 if checked else 0,
     )
-    num_threads, stream = _execution(q)
-    _pack(_FORWARD, _FORWARD_FIELDS, _FORWARD_CODES, buffer,
-          (a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8], a[9], max_seqlen_q, max_seqlen_k,
-           softmax_scale, int(causal), window_left, window_right, softcap, a[6], dropout_p,
-           seed, offset, 0, num_threads, stream))
-    device = _other_device(q)
+    cuda = q.is_cuda
+    values = (a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8], a[9], max_seqlen_q, max_seqlen_k,
+              softmax_scale, int(causal), window_left, window_right, softcap, a[6], dropout_p,
+              seed, offset, 0, _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
+              _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM)
+    try:
+        _FORWARD.pack_into(buffer, 0, *values)
+    except struct.error:
+        _raise_misfit(_FORWARD_FIELDS, _FORWARD_CODES, values)
+        raise
+    device = _other_device(q) if cuda else None
     if device is None:
         status = _library.attention_forward(ctypes.addressof(buffer))
     else:
@@ -167,13 +163,19 @@ def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale, causal, w
         (dlse, alibi_slopes, cu_seqlens_q, cu_seqlens_k), _BACKWARD_TENSORS,
         3 if made_gradients else 0,
     )
-    num_threads, stream = _execution(q)
-    _pack(_BACKWARD, _BACKWARD_FIELDS, _BACKWARD_CODES, buffer,
-          (a[0], a[1], a[2], a[3], a[4], a[8], a[9], a[5], a[6], a[7], 0, 0, a[11], a[12], 0,
-           max_seqlen_q, max_seqlen_k, softmax_scale, int(causal), window_left, window_right,
-           softcap, a[10], dropout_p, seed, offset, int(deterministic), num_threads, stream))
+    cuda = q.is_cuda
+    values = (a[0], a[1], a[2], a[3], a[4], a[8], a[9], a[5], a[6], a[7], 0, 0, a[11], a[12], 0,
+              max_seqlen_q, max_seqlen_k, softmax_scale, int(causal), window_left, window_right,
+              softcap, a[10], dropout_p, seed, offset, int(deterministic),
+              _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
+              _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM)
+    try:
+        _BACKWARD.pack_into(buffer, 0, *values)
+    except struct.error:
+        _raise_misfit(_BACKWARD_FIELDS, _BACKWARD_CODES, values)
+        raise
     args = ctypes.addressof(buffer)
-    if not q.is_cuda:
+    if not cuda:
         status = _library.attention_backward_allocating(args, None, None)
         if status:
             _fail(status)

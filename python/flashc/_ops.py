@@ -120,7 +120,8 @@ def batched_forward(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
     if not _checks.attention_inputs_ok(4, q, k, v, alibi_slopes):
         _check_attention_inputs(q, k, v, 4, "(batch, seqlen, nheads, headdim)")
         _checks.same_device([("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes)])
-    _check_forward_scalars(dropout_p, softmax_scale)
+    if not _checks.forward_scalars_ok(dropout_p, softmax_scale):
+        _check_forward_scalars(dropout_p, softmax_scale)
     # (stride()[-1]: stride(-1) parses its argument, which costs twice as much)
     if q.stride()[-1] != 1 or k.stride()[-1] != 1 or v.stride()[-1] != 1:
         q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
@@ -316,10 +317,13 @@ def backward_kernels(dout, q, k, v, out, softmax_lse, dlse, dq, dk, dv, dropout_
         seed, offset = _rng.replay(rng_state)
     else:
         seed = offset = 0
-    if (dout.stride()[-1] != 1 or q.stride()[-1] != 1 or k.stride()[-1] != 1
-            or v.stride()[-1] != 1 or out.stride()[-1] != 1):
-        dout, q, k, v, out = (maybe_contiguous(dout), maybe_contiguous(q), maybe_contiguous(k),
-                              maybe_contiguous(v), maybe_contiguous(out))
+    # (dout apart: the gradient of a sum or a mean arrives expanded, with
+    # stride 0, where the forward's tensors are already contiguous rows)
+    if dout.stride()[-1] != 1:
+        dout = maybe_contiguous(dout)
+    if q.stride()[-1] != 1 or k.stride()[-1] != 1 or v.stride()[-1] != 1 or out.stride()[-1] != 1:
+        q, k, v, out = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v), \
+            maybe_contiguous(out)
     made = dq is None and dk is None and dv is None
     if made:  # as flash_attn, empty_like of each (their last dim contiguous, as the kernels write)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

@@ -44,7 +44,8 @@ def forward_outputs(q, v, lse_shape, s_dmask_shape_or_none, want_s_dmask=True):
         out = torch.empty_like(q)
     else:
         out = q.new_empty((*q.shape[:-1], v.shape[-1]))
-    lse = q.new_empty(lse_shape, dtype=stats_dtype(q.dtype))
+    lse = q.new_empty(lse_shape, dtype=torch.float64 if q.dtype is torch.float64 else
+                      torch.float32)  # (stats_dtype, written out: every call runs this)
     if s_dmask_shape_or_none is not None:
         s_dmask = torch.empty(s_dmask_shape_or_none, dtype=q.dtype, device=q.device)
     elif want_s_dmask:

@@ -87,66 +87,70 @@ def write_descriptor(buffer, offset, t, name):
                         *t.stride())
 
 
-def _write_alike(buffer, offset, alike, stats, checked):
-    """The descriptors of `alike` then `stats` in one pack, where the alike
-    tensors have the first one's dtype, device and rank, and stats is on
-    that device with one dimension less (a call's q-like tensors and its
-    LSE); False, with nothing written, otherwise. `checked`: how many of
-    the alike tensors, counted from the end, the caller knows to be like
-    the first (it checked them, or made them like it), so they are not
-    asked their dtype and device; when that is all of them, stats too is
-    known to be on their device."""
-    first = alike[0]
-    code, stats_code = _DTYPE_CODES.get(first.dtype), _DTYPE_CODES.get(stats.dtype)
-    rank = first.dim()
-    if code is None or stats_code is None or not 1 < rank <= _cabi.MAX_RANK:
-        return False
-    cuda = first.is_cuda
-    if cuda:
-        device, index = _cabi.DEVICE_CUDA, first.get_device()
-    elif first.is_cpu:
-        device, index = _cabi.DEVICE_CPU, 0
-    else:
-        return False
-    if checked < len(alike):
-        dtype = first.dtype
-        for t in alike[1:len(alike) - checked]:
-            if t.dtype is not dtype or not (
-                    t.is_cuda and t.get_device() == index if cuda else t.is_cpu):
-                return False
-        if not (stats.is_cuda and stats.get_device() == index if cuda else stats.is_cpu):
+def _alike(tensors, stats, dtype, rank, cuda, index):
+    """Whether `tensors` have `dtype` and `rank` and, with stats (of rank
+    one less), the device (cuda, index)."""
+    for t in tensors:
+        if t.dtype is not dtype or t.dim() != rank or not (
+                t.is_cuda and t.get_device() == index if cuda else t.is_cpu):
             return False
-    values = []
-    for t in alike:
-        values += (t.data_ptr(), code, device, index, rank, *t.shape, *t.stride())
-    try:
-        _run_packer((rank,) * len(alike) + (rank - 1,))(
-            buffer, offset, *values, stats.data_ptr(), stats_code, device, index, rank - 1,
-            *stats.shape, *stats.stride())
-    except struct.error:  # a shape of another rank (the caller rewrites every descriptor)
-        return False
-    return True
+    return stats.dim() == rank - 1 and (
+        stats.is_cuda and stats.get_device() == index if cuda else stats.is_cpu)
+
+
+# struct.Struct.pack_into of `count` alike descriptors of `rank` and one of
+# rank - 1, by (count, rank).
+_ALIKE_PACKERS = {}
 
 
 def write_call_descriptors(buffer, offset, alike, stats, others, names, checked=0):
     """Descriptors of the tensors of one call from byte `offset` of
-    `buffer`, back to back: `alike` (its q-like tensors, one dtype, device
-    and rank when the call is valid), `stats` (its LSE) and `others` (the
-    optional tensors, None where absent); returns their addresses in that
-    order, 0 (NULL) for None. `names`: the C names of all of them, in that
-    order; `checked`: see _write_alike. The usual case, alike tensors and
-    an LSE on one device, is written in one pack; anything else goes
-    through write_descriptors, which describes each tensor as it is (the C
-    library then names any mismatch) or names one it cannot take."""
-    if stats is None or not _write_alike(buffer, offset, alike, stats, checked):
+    `buffer`, back to back: `alike` (its q-like tensors: one dtype, device
+    and rank when the call is valid), `stats` (its LSE, on their device
+    with one dimension less) and `others` (the optional tensors, None where
+    absent); returns their addresses in that order, 0 (NULL) for None.
+    `names`: the C names of all of them, in that order. `checked`: how many
+    of the alike tensors, counted from the end, the caller knows to be like
+    the first (it checked them, or made them like it), so they are not
+    asked their dtype and device; when that is all of them, stats too is
+    known to be on their device.
+
+    Alike tensors and their LSE (every valid call) are written in one pack;
+    anything else goes through write_descriptors, which describes each
+    tensor as it is (the C library then names any mismatch) or names one it
+    cannot take. (One function, as every call runs it.)"""
+    first = alike[0]
+    dtype = first.dtype
+    code = _DTYPE_CODES.get(dtype)
+    stats_code = None if stats is None else _DTYPE_CODES.get(stats.dtype)
+    rank, count = first.dim(), len(alike)
+    cuda = first.is_cuda
+    index = first.get_device() if cuda else 0
+    written = (code is not None and stats_code is not None and 1 < rank <= _cabi.MAX_RANK
+               and (cuda or first.is_cpu)
+               and (checked == count or _alike(alike[1:count - checked], stats, dtype, rank,
+                                               cuda, index)))
+    if written:
+        device = _cabi.DEVICE_CUDA if cuda else _cabi.DEVICE_CPU
+        values = []
+        for t in alike:
+            values += (t.data_ptr(), code, device, index, rank, *t.shape, *t.stride())
+        pack = _ALIKE_PACKERS.get((count, rank))
+        if pack is None:
+            pack = _ALIKE_PACKERS[count, rank] = _run_packer((rank,) * count + (rank - 1,))
+        try:
+            pack(buffer, offset, *values, stats.data_ptr(), stats_code, device, index,
+                 rank - 1, *stats.shape, *stats.stride())
+        except struct.error:  # (write_descriptors rewrites them all, naming any misfit)
+            written = False
+    if not written:
         return write_descriptors(buffer, offset, (*alike, stats, *others), names)
-    count = len(alike) + 1
     base = ctypes.addressof(buffer) + offset
-    addresses = [base + i * DESCRIPTOR_SIZE for i in range(count)]
+    addresses = [base + i * DESCRIPTOR_SIZE for i in range(count + 1)]
     if others.count(None) == len(others):
         return addresses + [0] * len(others)
-    return addresses + write_descriptors(buffer, offset + count * DESCRIPTOR_SIZE, others,
-                                         names[count:])
+    return addresses + write_descriptors(buffer, offset + (count + 1) * DESCRIPTOR_SIZE, others,
+                                         names[count + 1:])
 
 
 def write_descriptors(buffer, offset, tensors, names):

@@ -612,6 +612,8 @@ def flash_attn_func(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic, return_attn_probs, return_lse, torch.is_grad_enabled(),
     )
+    if not (return_attn_probs or return_lse):
+        return result
     return _api_result(result, return_attn_probs, return_lse)
 
 

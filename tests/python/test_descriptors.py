@@ -147,3 +147,22 @@ def test_unsupported_tensors_raise_naming_them():
         _tensors.write_call_descriptors(buffer, _kernels._FORWARD_DESCRIPTORS_AT,
                                         (q, k.to("meta"), v, out), lse, (None,) * 5,
                                         _kernels._FORWARD_TENSORS)
+
+
+def test_ranks_that_cancel_out_are_not_packed_as_alike():
+    """A rank-5 tensor and a rank-3 one among rank-4 alike tensors carry as
+    many shape and stride values as two of rank 4; they are not packed as
+    alike: the rank-5 one is refused, by name, and the rank-3 one, with it
+    in the place of the rank-5 one, is described with its own rank."""
+    q, out = torch.randn(1, 5, 2, 8), torch.randn(1, 5, 2, 8)
+    wide, narrow = torch.randn(1, 5, 1, 2, 8), torch.randn(5, 2, 8)
+    lse = torch.randn(1, 2, 5)
+    with pytest.raises(FlashcError, match="k: rank 5"):
+        _tensors.write_call_descriptors(poisoned_buffer(), _kernels._FORWARD_DESCRIPTORS_AT,
+                                        (q, wide, narrow, out), lse, (None,) * 5,
+                                        _kernels._FORWARD_TENSORS)
+    addresses = _tensors.write_call_descriptors(
+        poisoned_buffer(), _kernels._FORWARD_DESCRIPTORS_AT, (q, narrow, q, out), lse,
+        (None,) * 5, _kernels._FORWARD_TENSORS)
+    for address, t in zip(addresses, (q, narrow, q, out, lse)):
+        assert_describes(address, t)
