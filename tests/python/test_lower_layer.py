@@ -210,3 +210,79 @@ def test_block_table_is_not_implemented():
         flashc.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8, block_table=table)
     with pytest.raises(NotImplementedError, match="block_table"):
         _flash_attn_varlen_forward(q, q, q, cu, cu, 8, 8, 0.0, 0.25, False, block_table=table)
+
+
+def _grads(tensors):
+    return [t.grad for t in tensors]
+
+
+@pytest.mark.parametrize("name", ["FlashAttnFunc", "FlashAttnQKVPackedFunc",
+                                  "FlashAttnKVPackedFunc", "FlashAttnVarlenFunc",
+                                  "FlashAttnVarlenQKVPackedFunc", "FlashAttnVarlenKVPackedFunc"])
+def test_functions_applied_with_flash_attns_arguments(device, name):
+    """The six flash_attn-named Functions, applied with flash_attn's argument
+    lists as code written for flash_attn applies them, give the public
+    functions' results bit for bit (those apply flashc's own Function with
+    the arguments grouped), outputs, softmax_lse and gradients, with ALiBi
+    and return_lse."""
+    from flashc import flash_attn_interface as fai
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    skip_unless_device(device, dtype)
+    h, d, s = 4, 16, 23
+    slopes = torch.rand(h, device=device)
+    cu = torch.tensor([0, 9, 9, 2 * s], dtype=torch.int32, device=device)
+    if "Varlen" in name:
+        shape = {"FlashAttnVarlenFunc": (2 * s, h, d), "FlashAttnVarlenQKVPackedFunc":
+                 (2 * s, 3, h, d), "FlashAttnVarlenKVPackedFunc": (2 * s, 2, h, d)}[name]
+    else:
+        shape = {"FlashAttnFunc": (2, s, h, d), "FlashAttnQKVPackedFunc": (2, s, 3, h, d),
+                 "FlashAttnKVPackedFunc": (2, s, 2, h, d)}[name]
+    first = torch.randn(shape, dtype=dtype, device=device)
+    inputs = {"FlashAttnFunc": lambda: [first, torch.randn_like(first), torch.randn_like(first)],
+              "FlashAttnVarlenFunc": lambda: [first, torch.randn_like(first),
+                                              torch.randn_like(first)],
+              "FlashAttnKVPackedFunc": lambda: [first[:, :, 0], first],
+              "FlashAttnVarlenKVPackedFunc": lambda: [first[:, 0], first]}.get(
+                  name, lambda: [first])()
+    inputs = [t.detach().clone() for t in inputs]
+
+    def run(apply_named):
+        leaves = [t.detach().clone().requires_grad_() for t in inputs]
+        fn = getattr(fai, name)
+        public = {"FlashAttnFunc": flashc.flash_attn_func,
+                  "FlashAttnQKVPackedFunc": flashc.flash_attn_qkvpacked_func,
+                  "FlashAttnKVPackedFunc": flashc.flash_attn_kvpacked_func,
+                  "FlashAttnVarlenFunc": flashc.flash_attn_varlen_func,
+                  "FlashAttnVarlenQKVPackedFunc": flashc.flash_attn_varlen_qkvpacked_func,
+                  "FlashAttnVarlenKVPackedFunc": flashc.flash_attn_varlen_kvpacked_func}[name]
+        varlen = "Varlen" in name
+        if apply_named:
+            base = (0.0, 0.3, True, (5, -1), 0.0, slopes, False)  # dropout_p .. deterministic
+            tail = (False, True, torch.is_grad_enabled())  # return_softmax, return_lse, grad mode
+            if not varlen:
+                args = (*base, *tail)
+            elif name == "FlashAttnVarlenQKVPackedFunc":
+                args = (cu, 2 * s, *base, *tail)
+            elif name == "FlashAttnVarlenFunc":  # (block_table before return_lse)
+                args = (cu, cu, 2 * s, 2 * s, *base, False, None, *tail[1:])
+            else:
+                args = (cu, cu, 2 * s, 2 * s, *base, *tail)
+            out, lse, _ = fn.apply(*leaves, *args)
+        else:
+            kwargs = dict(dropout_p=0.0, softmax_scale=0.3, causal=True, window_size=(5, -1),
+                          alibi_slopes=slopes, return_lse=True)
+            if name == "FlashAttnVarlenQKVPackedFunc":
+                out, lse = public(*leaves, cu, 2 * s, **kwargs)
+            elif varlen:
+                out, lse = public(*leaves, cu, cu, 2 * s, 2 * s, **kwargs)
+            else:
+                out, lse = public(*leaves, **kwargs)
+        (out.double().sum() + lse[torch.isfinite(lse)].double().sum()).backward()
+        return out.detach(), lse.detach(), _grads(leaves)
+
+    out_a, lse_a, grads_a = run(False)
+    out_b, lse_b, grads_b = run(True)
+    assert torch.equal(out_a, out_b)
+    assert torch.equal(lse_a, lse_b)
+    for a, b in zip(grads_a, grads_b):
+        assert a is not None and torch.isfinite(a).all() and torch.equal(a, b)
