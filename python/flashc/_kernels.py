@@ -23,11 +23,12 @@ _OPTION_FIELDS = ("softmax_scale", "causal", "window_left", "window_right", "sof
                   "deterministic", "num_threads", "stream")
 _TAIL = (*(f"varlen.{f}" for f in _VARLEN_FIELDS), *(f"options.{f}" for f in _OPTION_FIELDS))
 
-_FORWARD, _FORWARD_FIELDS, _FORWARD_CODES = _layout.packer(_cabi.ForwardArgs)
-assert _FORWARD_FIELDS == ("q", "k", "v", "out", "lse", "s_dmask", *_TAIL), _FORWARD_FIELDS
-_BACKWARD, _BACKWARD_FIELDS, _BACKWARD_CODES = _layout.packer(_cabi.BackwardArgs)
-assert _BACKWARD_FIELDS == ("dout", "q", "k", "v", "out", "lse", "dlse", "dq", "dk", "dv",
-                            "workspace", "workspace_bytes", *_TAIL), _BACKWARD_FIELDS
+# (struct, field names, struct codes) of each argument struct
+_FORWARD_LAYOUT = _layout.packer(_cabi.ForwardArgs)
+assert _FORWARD_LAYOUT[1] == ("q", "k", "v", "out", "lse", "s_dmask", *_TAIL), _FORWARD_LAYOUT
+_BACKWARD_LAYOUT = _layout.packer(_cabi.BackwardArgs)
+assert _BACKWARD_LAYOUT[1] == ("dout", "q", "k", "v", "out", "lse", "dlse", "dq", "dk", "dv",
+                               "workspace", "workspace_bytes", *_TAIL), _BACKWARD_LAYOUT
 
 # workspace and workspace_bytes (adjacent), written once the size is known.
 _WORKSPACE_AT = _cabi.BackwardArgs.workspace.offset
@@ -54,8 +55,9 @@ def _buffer_type(args_size, tensor_count):
     return ctypes.c_uint64 * words, at
 
 
-_ForwardBuffer, _FORWARD_DESCRIPTORS_AT = _buffer_type(_FORWARD.size, len(_FORWARD_TENSORS))
-_BackwardBuffer, _BACKWARD_DESCRIPTORS_AT = _buffer_type(_BACKWARD.size,
+_ForwardBuffer, _FORWARD_DESCRIPTORS_AT = _buffer_type(_FORWARD_LAYOUT[0].size,
+                                                       len(_FORWARD_TENSORS))
+_BackwardBuffer, _BACKWARD_DESCRIPTORS_AT = _buffer_type(_BACKWARD_LAYOUT[0].size,
                                                          len(_BACKWARD_TENSORS))
 
 # The library's defaults for the fields a call leaves alone: the thread
@@ -74,12 +76,18 @@ _current_cuda_device = getattr(torch._C, "_cuda_getDevice", None)
 _NO_DEVICE_SCOPE = contextlib.nullcontext()
 
 
-def _raise_misfit(names, codes, values):
-    """Where a value of an argument struct does not fit its C field (a
-    window of 2**70, a float window), raises the error naming it as the C
-    API names it (called where packing the struct failed)."""
-    misfit = _layout.misfit(names, codes, values)
-    if misfit is not None:
+def _pack(struct_layout, buffer, values):
+    """Writes an argument struct (struct_layout: _FORWARD_LAYOUT or
+    _BACKWARD_LAYOUT) at the start of buffer. A value its C field cannot
+    hold (a window of 2**70, a float window) raises the error naming it as
+    the C API names it."""
+    packer, names, codes = struct_layout
+    try:
+        packer.pack_into(buffer, 0, *values)
+    except struct.error:
+        misfit = _layout.misfit(names, codes, values)
+        if misfit is None:
+            raise
         name, value, code = misfit
         raise FlashcValueError(
             _cabi.ERROR_ARGUMENT,
@@ -101,9 +109,9 @@ def _fail(status):
 
 
 # Both calls below run for every attention call, so they are written out
-# (the CUDA stream or the CPU thread count, the struct packing, the status
-# check) rather than split into helpers: each Python call costs, and on a
-# small problem they add up to as much as the kernels.
+# (the CUDA stream or the CPU thread count, the status check) rather than
+# split into helpers: each Python call costs, and on a small problem they
+# add up to as much as the kernels.
 
 
 def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, window_right,
@@ -125,15 +133,11 @@ def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, wind
         4 if checked else 0,
     )
     cuda = q.is_cuda
-    values = (a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8], a[9], max_seqlen_q, max_seqlen_k,
-              softmax_scale, int(causal), window_left, window_right, softcap, a[6], dropout_p,
-              seed, offset, 0, _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
-              _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM)
-    try:
-        _FORWARD.pack_into(buffer, 0, *values)
-    except struct.error:
-        _raise_misfit(_FORWARD_FIELDS, _FORWARD_CODES, values)
-        raise
+    _pack(_FORWARD_LAYOUT, buffer,
+          (a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8], a[9], max_seqlen_q, max_seqlen_k,
+           softmax_scale, int(causal), window_left, window_right, softcap, a[6], dropout_p,
+           seed, offset, 0, _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
+           _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM))
     device = _other_device(q) if cuda else None
     if device is None:
         status = _library.attention_forward(ctypes.addressof(buffer))
@@ -164,16 +168,12 @@ def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale, causal, w
         3 if made_gradients else 0,
     )
     cuda = q.is_cuda
-    values = (a[0], a[1], a[2], a[3], a[4], a[8], a[9], a[5], a[6], a[7], 0, 0, a[11], a[12], 0,
-              max_seqlen_q, max_seqlen_k, softmax_scale, int(causal), window_left, window_right,
-              softcap, a[10], dropout_p, seed, offset, int(deterministic),
-              _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
-              _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM)
-    try:
-        _BACKWARD.pack_into(buffer, 0, *values)
-    except struct.error:
-        _raise_misfit(_BACKWARD_FIELDS, _BACKWARD_CODES, values)
-        raise
+    _pack(_BACKWARD_LAYOUT, buffer,
+          (a[0], a[1], a[2], a[3], a[4], a[8], a[9], a[5], a[6], a[7], 0, 0, a[11], a[12], 0,
+           max_seqlen_q, max_seqlen_k, softmax_scale, int(causal), window_left, window_right,
+           softcap, a[10], dropout_p, seed, offset, int(deterministic),
+           _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
+           _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM))
     args = ctypes.addressof(buffer)
     if not cuda:
         status = _library.attention_backward_allocating(args, None, None)

@@ -37,23 +37,7 @@ typedef struct fc_bwd_scratch {
     int64_t dmax = dp > dvp ? dp : dvp, bm, bn;                                               \
     fc_tile_extents(p, &bm, &bn)
 
-static size_t fc_bwd_scratch_bytes(const flashc_problem *p) {
-    FC_BWD_SIZES(p);
-    size_t bytes = 0;
-#define FC_ADD_BYTES(name, count) bytes += fc_carve_bytes(count);
-    FC_BWD_FIELDS(FC_ADD_BYTES)
-#undef FC_ADD_BYTES
-    return bytes;
-}
-
-static fc_bwd_scratch fc_bwd_carve(char *base, const flashc_problem *p) {
-    FC_BWD_SIZES(p);
-    fc_bwd_scratch s;
-#define FC_CARVE_FIELD(name, count) s.name = fc_carve(&base, count);
-    FC_BWD_FIELDS(FC_CARVE_FIELD)
-#undef FC_CARVE_FIELD
-    return s;
-}
+FC_DEFINE_SCRATCH(fc_bwd_scratch, fc_bwd, FC_BWD_FIELDS, FC_BWD_SIZES)
 
 /* Row of sequence b, local row r, in the workspace's [total_q] index. */
 static inline int64_t fc_ws_row(const flashc_problem *p, int64_t b, const flashc_seq_info *seq,

@@ -29,23 +29,7 @@ typedef struct fc_fwd_scratch {
     int64_t bm, bn;                                                                           \
     fc_tile_extents(p, &bm, &bn)
 
-static size_t fc_fwd_scratch_bytes(const flashc_problem *p) {
-    FC_FWD_SIZES(p);
-    size_t bytes = 0;
-#define FC_ADD_BYTES(name, count) bytes += fc_carve_bytes(count);
-    FC_FWD_FIELDS(FC_ADD_BYTES)
-#undef FC_ADD_BYTES
-    return bytes;
-}
-
-static fc_fwd_scratch fc_fwd_carve(char *base, const flashc_problem *p) {
-    FC_FWD_SIZES(p);
-    fc_fwd_scratch s;
-#define FC_CARVE_FIELD(name, count) s.name = fc_carve(&base, count);
-    FC_FWD_FIELDS(FC_CARVE_FIELD)
-#undef FC_CARVE_FIELD
-    return s;
-}
+FC_DEFINE_SCRATCH(fc_fwd_scratch, fc_fwd, FC_FWD_FIELDS, FC_FWD_SIZES)
 
 /* Query pre-scale: logits in log2 units straight out of the product, or
  * the tanh argument when softcap is on. */

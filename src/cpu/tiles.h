@@ -40,6 +40,27 @@ static inline size_t fc_carve_bytes(int64_t count) {
     return ((size_t)count * sizeof(real) + 63) & ~(size_t)63;
 }
 
+/* A kernel's per-thread scratch: `type`, a struct of real pointers, one per
+ * region of FIELDS(X) (X(name, count): `count` reals), the counts written
+ * with the variables SIZES(p) declares. Defines <prefix>_scratch_bytes(p)
+ * and <prefix>_carve(base, p), which lays the regions out from base, each
+ * one 64-byte aligned. */
+#define FC_SCRATCH_ADD(name, count) bytes += fc_carve_bytes(count);
+#define FC_SCRATCH_CARVE(name, count) s.name = fc_carve(&base, count);
+#define FC_DEFINE_SCRATCH(type, prefix, FIELDS, SIZES)                          \
+    static size_t prefix##_scratch_bytes(const flashc_problem *p) {              \
+        SIZES(p);                                                                \
+        size_t bytes = 0;                                                        \
+        FIELDS(FC_SCRATCH_ADD)                                                   \
+        return bytes;                                                            \
+    }                                                                            \
+    static type prefix##_carve(char *base, const flashc_problem *p) {            \
+        SIZES(p);                                                                \
+        type s;                                                                  \
+        FIELDS(FC_SCRATCH_CARVE)                                                 \
+        return s;                                                                \
+    }
+
 static inline const char *fc_elem(const void *base, flashc_dtype dtype, int64_t offset) {
     return (const char *)base + offset * (int64_t)flashc_dtype_size(dtype);
 }
