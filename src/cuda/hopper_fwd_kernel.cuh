@@ -1,24 +1,28 @@
 /* The Hopper forward kernel (sm_90a): the same algorithm as fwd_kernel.cuh,
  * with the two GEMMs on wgmma and the tiles brought in by TMA.
  *
- * One CTA computes 128 query rows of one (batch, head) in three warpgroups:
+ * One CTA computes 64 * CONSUMERS query rows of one (batch, head) (the tile
+ * hopper_schedule.h assigns it) in CONSUMERS + 1 warpgroups
+ * (hopper_fwd_config.h):
  *   - warpgroup 0, the producer: one lane issues every TMA copy: Q once,
  *     then K and V blocks into a two-stage ring, each stage refilled as
- *     soon as both consumers released it (mbarriers, no CTA-wide barrier in
+ *     soon as every consumer released it (mbarriers, no CTA-wide barrier in
  *     the loop). It gives most of its registers to the consumers;
- *   - warpgroups 1 and 2, the consumers, each owning 64 rows. Per
- *     key block: S = Q K^T (wgmma, both operands in shared memory), mask
- *     and online softmax on the accumulators, O += P V (wgmma, P from
- *     registers, V read transposed from shared memory).
+ *   - the consumers, each owning 64 rows. Per key block: S = Q K^T (wgmma,
+ *     both operands in shared memory), mask and online softmax on the
+ *     accumulators, O += P V (wgmma, P from registers, V read transposed
+ *     from shared memory). With PINGPONG they take turns issuing their
+ *     GEMMs (flashc_hopper_turns), so one's softmax runs under another's
+ *     products.
  * Key blocks are walked last to first, as in the portable kernel, so the
  * one block the causal diagonal or the sequence end cuts comes first. Where
  * the configuration says INTRA_WG_OVERLAP, a consumer issues S of block n
  * and P V of block n-1 together and turns S into P while P V still runs,
  * so the exponentials overlap the tensor cores within a warpgroup too (the
- * O rescale waits for P V). The
- * fragment code (mask, logit rule, softmax, dropout, P packing) is the
- * portable kernel's: a wgmma m64nN accumulator is, per warp, the mma.sync
- * m16n8 layout repeated N/8 times (hopper_ptx.cuh).
+ * O rescale waits for P V). The fragment code (mask, logit rule, softmax,
+ * dropout, P packing) is the portable kernel's: a wgmma m64nN accumulator
+ * is, per warp, the mma.sync m16n8 layout repeated N/8 times
+ * (hopper_ptx.cuh).
  *
  * Tiles out of range arrive as zeros from TMA except where a varlen or
  * seqused_k sequence ends inside the packed tensor: the rows past it belong
