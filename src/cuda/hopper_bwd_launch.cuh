@@ -30,7 +30,7 @@ static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const fl
         (long long)f.seqlen_q * (f.nheads / f.nheads_k) * ((f.head_dim + f.head_dim_v) * 2 + f.head_dim * 4);
     flashc_hopper_schedule sched;
     if (!flashc_hopper_plan(p.nchunks, (long long)f.nheads_k * f.batch, q_bytes,
-                            f.window_left >= 0 || f.window_right >= 0 /* causal: window_right 0 */, &sched))
+                            flashc_hopper_tiles_vary(f), &sched))
         return cudaErrorInvalidConfiguration;
     if (sched.tiles == 0) return cudaSuccess;
     kernel<<<sched.tiles, FLASHC_HOPPER_BWD_THREADS, smem, stream>>>(maps, p, sched);

@@ -86,7 +86,7 @@ static __device__ void flashc_hopper_zero_v_rows(unsigned char *v_stage, int fir
 }
 
 /* The producer: one thread issues Q, then K and V of every key block
- * (last to first) into the stage ring, waiting for both consumers to
+ * (last to first) into the stage ring, waiting for every consumer to
  * release a stage before refilling it. */
 template <int D_QK, int D_V, int BLOCK_N>
 static __device__ __forceinline__ void flashc_hopper_produce(const flashc_hopper_fwd_maps &maps,
@@ -124,8 +124,8 @@ static __device__ __forceinline__ void flashc_hopper_produce(const flashc_hopper
 /* Turns of the consumer warpgroups on the tensor cores (PINGPONG): a
  * warpgroup waits for its turn before issuing its GEMMs and hands the turn
  * to the next warpgroup once they are issued, so the GEMMs of one overlap
- * the softmax of the other. Each turn barrier counts the 128 threads that
- * wait on it and the 128 of the warpgroup handing it over. Both
+ * the softmax of another. Each turn barrier counts the 128 threads that
+ * wait on it and the 128 of the warpgroup handing it over. All consumer
  * warpgroups of a CTA walk the same key blocks, so their turns pair up. */
 template <bool PINGPONG, int CONSUMERS>
 struct flashc_hopper_turns {
@@ -224,7 +224,7 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
 
     /* The first key block is the one a varlen or seqused_k sequence can end
      * inside: its V rows past the end are zeroed before any P V reads them,
-     * by both consumer warpgroups together (outside the turns). */
+     * by all consumer warpgroups together (outside the turns). */
     {
         const int n0 = (n_block_max - 1) * BLOCK_N;
         if (n0 + BLOCK_N > seq.sk) {

@@ -19,10 +19,18 @@
 #ifndef FLASHC_CUDA_HOPPER_SCHEDULE_H
 #define FLASHC_CUDA_HOPPER_SCHEDULE_H
 
+#include "fwd_params.h"
+
 /* About half the H100 / H200 L2 (50 / 60 MiB). Measured on the H200 for
  * the forward (bench/NOTES.md, h6): 8 MiB gained less at head dim 256, a
  * section of 128 MiB lost up to 19 %. */
 #define FLASHC_HOPPER_L2_SECTION_BYTES (32ll << 20)
+
+/* Whether the tiles of a pair differ in cost: under a causal mask
+ * (window_right 0 once folded in) or a window. */
+static inline bool flashc_hopper_tiles_vary(const flashc_fwd_params &p) {
+    return p.window_left >= 0 || p.window_right >= 0;
+}
 
 typedef struct flashc_hopper_schedule {
     int ranks;    /* tiles per pair, rank 0 the longest under a mask */
@@ -32,7 +40,8 @@ typedef struct flashc_hopper_schedule {
 } flashc_hopper_schedule;
 
 /* The schedule of `pairs` pairs of `ranks` tiles each; pair_bytes: the
- * data a pair's tiles share; masked: tiles of a pair differ in cost.
+ * data a pair's tiles share; masked: tiles of a pair differ in cost
+ * (flashc_hopper_tiles_vary).
  * False when the tile count does not fit a grid. */
 static inline bool flashc_hopper_plan(long long ranks, long long pairs, long long pair_bytes, bool masked,
                                       flashc_hopper_schedule *s) {
