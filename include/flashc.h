@@ -11,6 +11,10 @@
  *             cu_seqlens_q / cu_seqlens_k: int32 (b + 1), non-decreasing
  *   s_dmask:  (b, h, round128(sq), round128(sk)) in the input dtype
  *             (varlen: round128(max_seqlen_q), round128(max_seqlen_k))
+ *   paged KV: k (num_blocks, block_size, hk, d)   v (num_blocks, block_size, hk, dv)
+ *             block_table: int32 (b, max_blocks); key j of sequence i is
+ *             row j % block_size of block block_table[i][j / block_size]
+ *   KV cache: flashc_attention_kvcache below
  *
  * Tensors are descriptors over caller-owned memory: shape and strides in
  * elements, so views (three slices of a packed qkv) need no copies. Only the
@@ -183,6 +187,11 @@ typedef struct flashc_varlen {
     const flashc_tensor *seqused_k;     /* optional int32 (b): keys used */
     int64_t max_seqlen_q;               /* >= every query length, <= INT32_MAX */
     int64_t max_seqlen_k;               /* >= every key length, <= INT32_MAX */
+    /* Optional, forward only: paged K/V (see the top of this file). k and v
+     * are then (num_blocks, block_size, hk, d); cu_seqlens_k gives only the
+     * key lengths (cu_seqlens_k[i + 1] - cu_seqlens_k[i], or seqused_k),
+     * each at most max_blocks * block_size. */
+    const flashc_tensor *block_table;
 } flashc_varlen;
 
 /* ------------------------------------------------------------------------ */
@@ -257,6 +266,79 @@ typedef void *(*flashc_workspace_allocator)(void *context, size_t bytes, flashc_
 FLASHC_API flashc_status flashc_attention_backward_allocating(const flashc_backward_args *args,
                                                               flashc_workspace_allocator allocate,
                                                               void *context);
+
+/* ------------------------------------------------------------------------ */
+/* Attention over a KV cache (inference)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* flash_attn_with_kvcache: q (b, sq, h, d) attends to the keys of a cache,
+ * after k_new / v_new (if given) are written into it in place.
+ *
+ *   contiguous cache: k_cache (b_cache, s_cache, hk, d), v_cache (.., hk, dv);
+ *                     sequence i uses cache batch cache_batch_idx[i] (or i)
+ *   paged cache:      k_cache (num_blocks, block_size, hk, d), block_table
+ *                     int32 (b, max_blocks); cache index c of sequence i is
+ *                     row c % block_size of block block_table[i][c / block_size]
+ *   capacity:         s_cache, or max_blocks * block_size
+ *
+ * Sequence i holds the cache indices [cache_leftpad[i], cache_seqlens[i])
+ * (leftpad 0 and seqlens the capacity when absent). k_new / v_new rows
+ * (b, s_new, hk, .) are written at cache indices cache_seqlens[i] + r,
+ * after rotary (if given) is applied to k_new at those positions; then q
+ * attends to the sk = cache_seqlens[i] + s_new - cache_leftpad[i] keys
+ * from cache_leftpad[i] on. Masks and ALiBi are measured over those keys
+ * exactly as in the forward (causal aligned bottom-right: query row r sits
+ * at key r + sk - sq).
+ *
+ * Rotary (rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2), q's dtype,
+ * rotary_dim even and <= d, seqlen_ro >= the capacity; needs k_new):
+ * interleaved rotates the pairs (0, 1), (2, 3), ...; otherwise (x, x +
+ * rotary_dim / 2) as in GPT-NeoX. k_new row r is rotated at position
+ * cache_seqlens[i] + r; q row r at cache_seqlens[i] + r under a causal mask
+ * or a window, at cache_seqlens[i] for every row otherwise (flash_attn's
+ * positions). The rotated values are rounded to the input dtype.
+ *
+ * On the CPU the index tensors' contents are checked (0 <= leftpad <=
+ * seqlens, seqlens + s_new <= capacity, cache_batch_idx < b_cache, the
+ * block_table entries a sequence uses < num_blocks) and any violation is an
+ * error before anything is written. CUDA tensors' contents are not read on
+ * the host: an out-of-range entry makes the kernels skip what it names
+ * (no out-of-bounds access, that sequence's output undefined). */
+typedef struct flashc_kvcache_args {
+    const flashc_tensor *q;
+    flashc_tensor *k_cache;
+    flashc_tensor *v_cache;
+    const flashc_tensor *k_new;            /* optional (b, s_new, hk, d) */
+    const flashc_tensor *v_new;            /* with k_new: (b, s_new, hk, dv) */
+    const flashc_tensor *cache_seqlens;    /* optional int32 (b); needed with k_new */
+    const flashc_tensor *cache_batch_idx;  /* optional int32 (b); not with block_table */
+    const flashc_tensor *cache_leftpad;    /* optional int32 (b) */
+    const flashc_tensor *block_table;      /* optional int32 (b, max_blocks) */
+    const flashc_tensor *rotary_cos;       /* optional, with rotary_sin and k_new */
+    const flashc_tensor *rotary_sin;
+    int rotary_interleaved;
+    /* Key splits combined exactly through the LSE: 0 = chosen from the
+     * shape and the device, 1 = none. The CPU backend ignores it. */
+    int num_splits;
+    flashc_tensor *out;                    /* (b, sq, h, dv) */
+    flashc_tensor *lse;                    /* optional float32 (b, h, sq) */
+    /* Scratch on the tensors' device, sized by
+     * flashc_attention_kvcache_workspace_size(). On the CPU it may be NULL
+     * (the call then allocates it); on CUDA it must be given whenever the
+     * size is not 0, so a call allocates nothing (CUDA-graph capturable). */
+    void *workspace;
+    size_t workspace_bytes;
+    /* softmax_scale, causal, window, softcap, alibi_slopes, num_threads,
+     * stream as in the forward; dropout_p must be 0. */
+    flashc_attention_options options;
+} flashc_kvcache_args;
+
+/* Bytes of workspace flashc_attention_kvcache() needs for these arguments
+ * (validated as for the call; the workspace fields are ignored). */
+FLASHC_API flashc_status flashc_attention_kvcache_workspace_size(const flashc_kvcache_args *args,
+                                                                 size_t *bytes);
+
+FLASHC_API flashc_status flashc_attention_kvcache(const flashc_kvcache_args *args);
 
 /* ------------------------------------------------------------------------ */
 /* Devices                                                                  */
