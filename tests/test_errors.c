@@ -86,7 +86,7 @@ static void fixture_reset(fixture *x) {
     x->g.workspace_bytes = x->ws_needed;
     if (tc->cfg.varlen) {
         flashc_varlen vl = {&x->cu_q, &x->cu_k, &x->seqused, tc->fwd.varlen.max_seqlen_q,
-                            tc->fwd.varlen.max_seqlen_k};
+                            tc->fwd.varlen.max_seqlen_k, NULL};
         x->f.varlen = vl;
         x->g.varlen = vl;
     }

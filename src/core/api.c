@@ -117,3 +117,79 @@ flashc_status flashc_attention_backward_allocating(const flashc_backward_args *a
     free(owned);
     return st;
 }
+
+/* ---- attention over a KV cache ------------------------------------------- */
+
+/* The workspace of a KV-cache call: the rotated q (when rotary is on),
+ * then the backend's scratch, each FLASHC_WORKSPACE_ALIGN-aligned. */
+static size_t kvcache_q_bytes(const flashc_kvcache_problem *kp) {
+    const flashc_problem *p = &kp->attn;
+    if (!kp->rotary_dim) return 0;
+    size_t bytes = (size_t)(p->batch * p->seqlen_q * p->nheads * p->head_dim) * flashc_dtype_size(p->dtype);
+    return (bytes + FLASHC_WORKSPACE_ALIGN - 1) & ~(size_t)(FLASHC_WORKSPACE_ALIGN - 1);
+}
+
+static size_t kvcache_backend_bytes(const flashc_kvcache_problem *kp) {
+#ifdef FLASHC_HAVE_CUDA
+    if (kp->attn.is_cuda) return flashc_cuda_kvcache_workspace_size(kp);
+#endif
+    (void)kp;
+    return 0;
+}
+
+static size_t kvcache_workspace_size(const flashc_kvcache_problem *kp) {
+    size_t bytes = kvcache_q_bytes(kp) + kvcache_backend_bytes(kp);
+    return bytes ? bytes + FLASHC_WORKSPACE_ALIGN : 0;
+}
+
+flashc_status flashc_attention_kvcache_workspace_size(const flashc_kvcache_args *args,
+                                                      size_t *bytes) {
+    flashc_clear_error();
+    if (!bytes) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "bytes: is NULL");
+    flashc_kvcache_problem kp;
+    flashc_status st = flashc_validate_kvcache(args, &kp);
+    if (st != FLASHC_SUCCESS) return st;
+    *bytes = kvcache_workspace_size(&kp);
+    return FLASHC_SUCCESS;
+}
+
+static flashc_status run_kvcache(flashc_kvcache_problem *kp, void *workspace, size_t bytes) {
+    if (workspace) {
+        uintptr_t base = (uintptr_t)workspace;
+        uintptr_t aligned = (base + FLASHC_WORKSPACE_ALIGN - 1) & ~(uintptr_t)(FLASHC_WORKSPACE_ALIGN - 1);
+        size_t q_bytes = kvcache_q_bytes(kp);
+        kp->q_rotated = q_bytes ? (void *)aligned : NULL;
+        kp->workspace = (void *)(aligned + q_bytes);
+        kp->workspace_bytes = bytes - (size_t)(aligned - base) - q_bytes;
+    }
+#ifdef FLASHC_HAVE_CUDA
+    if (kp->attn.is_cuda) return flashc_cuda_kvcache(kp);
+#endif
+    return flashc_cpu_kvcache(kp);
+}
+
+flashc_status flashc_attention_kvcache(const flashc_kvcache_args *args) {
+    flashc_clear_error();
+    flashc_kvcache_problem kp;
+    flashc_status st = flashc_validate_kvcache(args, &kp);
+    if (st != FLASHC_SUCCESS) return st;
+    size_t required = kvcache_workspace_size(&kp);
+    if (required == 0) return run_kvcache(&kp, NULL, 0);
+    if (args->workspace) {
+        if (args->workspace_bytes < required)
+            return flashc_fail(FLASHC_ERROR_WORKSPACE, "workspace_bytes: %zu bytes given, %zu required",
+                               args->workspace_bytes, required);
+        return run_kvcache(&kp, args->workspace, args->workspace_bytes);
+    }
+    if (kp.attn.is_cuda)
+        return flashc_fail(FLASHC_ERROR_WORKSPACE,
+                           "workspace: is NULL but %zu bytes are required "
+                           "(flashc_attention_kvcache_workspace_size); a CUDA call allocates nothing",
+                           required);
+    void *owned = malloc(required);
+    if (!owned)
+        return flashc_fail(FLASHC_ERROR_WORKSPACE, "workspace: cannot allocate %zu bytes", required);
+    st = run_kvcache(&kp, owned, required);
+    free(owned);
+    return st;
+}

@@ -7,22 +7,11 @@
 #include "error.h"
 #include "semantics.h"
 #include "tensor_checks.h"
-
-#define CHECK(expr)                                \
-    do {                                           \
-        flashc_status check_status_ = (expr);      \
-        if (check_status_ != FLASHC_SUCCESS) return check_status_; \
-    } while (0)
-
-/* A tensor argument and the name it has in flashc.h. */
-typedef struct named_tensor {
-    const flashc_tensor *t;
-    const char *name;
-} named_tensor;
+#include "validate_parts.h"
 
 /* ---- views --------------------------------------------------------------- */
 
-static flashc_seq_tensor seq_view(const flashc_tensor *t, int varlen) {
+flashc_seq_tensor flashc_seq_view(const flashc_tensor *t, int varlen) {
     flashc_seq_tensor v;
     v.data = t->data;
     v.dtype = t->dtype;
@@ -38,7 +27,7 @@ static flashc_seq_tensor seq_view(const flashc_tensor *t, int varlen) {
     return v;
 }
 
-static flashc_row_tensor row_view(const flashc_tensor *t, int varlen) {
+flashc_row_tensor flashc_row_view(const flashc_tensor *t, int varlen) {
     flashc_row_tensor v;
     memset(&v, 0, sizeof v);
     if (!t) return v;
@@ -59,7 +48,7 @@ static flashc_row_tensor row_view(const flashc_tensor *t, int varlen) {
 /* ---- devices and memory ------------------------------------------------- */
 
 /* All tensors on one device; CUDA only when the CUDA backend is built. */
-static flashc_status check_devices(const named_tensor *ts, int n, flashc_problem *p) {
+flashc_status flashc_check_devices(const named_tensor *ts, int n, flashc_problem *p) {
     const named_tensor *first = NULL;
     for (int i = 0; i < n; ++i) {
         if (!ts[i].t) continue;
@@ -107,7 +96,7 @@ static flashc_status check_devices(const named_tensor *ts, int n, flashc_problem
 
 /* An output must not share memory with any input (the kernels read inputs
  * while writing outputs) nor with another output of a different buffer. */
-static flashc_status check_disjoint(const named_tensor *outputs, int n_out,
+flashc_status flashc_check_disjoint(const named_tensor *outputs, int n_out,
                                     const named_tensor *others, int n_other) {
     for (int i = 0; i < n_out; ++i) {
         if (!outputs[i].t) continue;
@@ -151,18 +140,107 @@ static flashc_status check_options(const flashc_attention_options *o) {
 
 /* ---- q, k, v and the batch layout ---------------------------------------- */
 
-/* Checks q, k, v, the varlen arguments and the options, and fills the
- * problem's dimensions, views and resolved options. */
+flashc_status flashc_check_qkv(const flashc_tensor *q, const flashc_tensor *k,
+                               const flashc_tensor *v, const char *const names[3], int q_rank,
+                               int kv_rank, flashc_problem *p) {
+    if (!q) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "%s: tensor descriptor is NULL", names[0]);
+    if (!k) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "%s: tensor descriptor is NULL", names[1]);
+    if (!v) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "%s: tensor descriptor is NULL", names[2]);
+    CHECK(flashc_check_tensor(q, names[0], q_rank));
+    CHECK(flashc_check_tensor(k, names[1], kv_rank));
+    CHECK(flashc_check_tensor(v, names[2], kv_rank));
+
+    flashc_dtype dt = q->dtype;
+    if (dt == FLASHC_DTYPE_INT32)
+        return flashc_fail(FLASHC_ERROR_DTYPE,
+                           "%s: dtype must be float32, float16, bfloat16 or float64, got int32",
+                           names[0]);
+    if (k->dtype != dt)
+        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %d differs from %s's dtype %d", names[1],
+                           (int)k->dtype, names[0], (int)dt);
+    if (v->dtype != dt)
+        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %d differs from %s's dtype %d", names[2],
+                           (int)v->dtype, names[0], (int)dt);
+    if (dt == FLASHC_DTYPE_FLOAT64 && q->device.type != FLASHC_DEVICE_CPU)
+        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: float64 is supported on the CPU only", names[0]);
+    p->dtype = dt;
+
+    CHECK(flashc_check_last_dim_contiguous(q, names[0]));
+    CHECK(flashc_check_last_dim_contiguous(k, names[1]));
+    CHECK(flashc_check_last_dim_contiguous(v, names[2]));
+
+    int64_t h = q->shape[q_rank - 2], d = q->shape[q_rank - 1];
+    int64_t hk = k->shape[kv_rank - 2], dv = v->shape[kv_rank - 1];
+    if (d < 1 || d > FLASHC_MAX_HEAD_DIM)
+        return flashc_fail(FLASHC_ERROR_HEAD_DIM, "%s: head dim must be in [1, %d], got %lld",
+                           names[0], FLASHC_MAX_HEAD_DIM, (long long)d);
+    if (dv < 1 || dv > FLASHC_MAX_HEAD_DIM)
+        return flashc_fail(FLASHC_ERROR_HEAD_DIM, "%s: head dim must be in [1, %d], got %lld",
+                           names[2], FLASHC_MAX_HEAD_DIM, (long long)dv);
+    if (h < 1)
+        return flashc_fail(FLASHC_ERROR_SHAPE, "%s: number of heads must be >= 1, got %lld",
+                           names[0], (long long)h);
+    if (hk < 1)
+        return flashc_fail(FLASHC_ERROR_SHAPE, "%s: number of heads must be >= 1, got %lld",
+                           names[1], (long long)hk);
+    if (h % hk != 0)
+        return flashc_fail(FLASHC_ERROR_HEAD_GROUPS,
+                           "%s: %s's number of heads (%lld) must be a multiple of %s's (%lld)",
+                           names[1], names[0], (long long)h, names[1], (long long)hk);
+    p->nheads = h;
+    p->nheads_k = hk;
+    p->head_dim = d;
+    p->head_dim_v = dv;
+    return FLASHC_SUCCESS;
+}
+
+flashc_status flashc_check_block_table(const flashc_tensor *bt, int64_t batch,
+                                       const flashc_tensor *k, const char *k_name,
+                                       flashc_problem *p) {
+    CHECK(flashc_check_tensor(bt, "block_table", 2));
+    if (bt->dtype != FLASHC_DTYPE_INT32)
+        return flashc_fail(FLASHC_ERROR_DTYPE, "block_table: dtype must be int32");
+    if (bt->shape[0] != batch)
+        return flashc_fail(FLASHC_ERROR_SHAPE,
+                           "block_table: expected %lld rows (one per sequence), got %lld",
+                           (long long)batch, (long long)bt->shape[0]);
+    if (bt->shape[1] > 1 && bt->stride[1] != 1)
+        return flashc_fail(FLASHC_ERROR_STRIDE, "block_table: the last dimension must be contiguous");
+    if (k->shape[1] < 1)
+        return flashc_fail(FLASHC_ERROR_SHAPE, "%s: paged blocks need block_size >= 1, got %lld",
+                           k_name, (long long)k->shape[1]);
+    p->kv.block_table = (const int32_t *)bt->data;
+    p->kv.block_table_stride = bt->stride[0];
+    p->kv.block_size = k->shape[1];
+    p->kv.num_blocks = k->shape[0];
+    p->kv.capacity = bt->shape[1] * k->shape[1];
+    return FLASHC_SUCCESS;
+}
+
+flashc_status flashc_check_block_table_contents(const flashc_problem *p, int64_t b, int64_t first,
+                                                int64_t end) {
+    const flashc_kv_layout *kv = &p->kv;
+    if (!kv->block_table || p->is_cuda || end <= first) return FLASHC_SUCCESS;
+    const int32_t *row = kv->block_table + b * kv->block_table_stride;
+    for (int64_t blk = first / kv->block_size; blk <= (end - 1) / kv->block_size; ++blk)
+        if (row[blk] < 0 || row[blk] >= kv->num_blocks)
+            return flashc_fail(FLASHC_ERROR_ARGUMENT,
+                               "block_table: entry (%lld, %lld) is %d, outside [0, %lld) (the "
+                               "blocks of k_cache)",
+                               (long long)b, (long long)blk, row[blk], (long long)kv->num_blocks);
+    return FLASHC_SUCCESS;
+}
+
+/* Checks q, k, v and the varlen arguments, and fills the problem's
+ * dimensions and views. */
 static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k,
                                   const flashc_tensor *v, const flashc_varlen *vl,
-                                  const flashc_attention_options *o, flashc_problem *p) {
+                                  flashc_problem *p) {
     int varlen = vl->cu_seqlens_q || vl->cu_seqlens_k;
+    int paged = vl->block_table != NULL;
     int rank = varlen ? 3 : 4;
     p->is_varlen = varlen;
 
-    if (!q) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "q: tensor descriptor is NULL");
-    if (!k) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "k: tensor descriptor is NULL");
-    if (!v) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "v: tensor descriptor is NULL");
     if (varlen && !vl->cu_seqlens_q)
         return flashc_fail(FLASHC_ERROR_NULL_POINTER,
                            "cu_seqlens_q: is NULL while cu_seqlens_k is given (varlen needs both)");
@@ -172,47 +250,13 @@ static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k
     if (!varlen && vl->seqused_k)
         return flashc_fail(FLASHC_ERROR_ARGUMENT,
                            "seqused_k: only allowed with cu_seqlens_q / cu_seqlens_k (varlen)");
+    if (!varlen && paged)
+        return flashc_fail(FLASHC_ERROR_ARGUMENT,
+                           "block_table: only allowed with cu_seqlens_q / cu_seqlens_k (varlen)");
 
-    CHECK(flashc_check_tensor(q, "q", rank));
-    CHECK(flashc_check_tensor(k, "k", rank));
-    CHECK(flashc_check_tensor(v, "v", rank));
-
-    flashc_dtype dt = q->dtype;
-    if (dt == FLASHC_DTYPE_INT32)
-        return flashc_fail(FLASHC_ERROR_DTYPE,
-                           "q: dtype must be float32, float16, bfloat16 or float64, got int32");
-    if (k->dtype != dt)
-        return flashc_fail(FLASHC_ERROR_DTYPE, "k: dtype %d differs from q's dtype %d",
-                           (int)k->dtype, (int)dt);
-    if (v->dtype != dt)
-        return flashc_fail(FLASHC_ERROR_DTYPE, "v: dtype %d differs from q's dtype %d",
-                           (int)v->dtype, (int)dt);
-    if (dt == FLASHC_DTYPE_FLOAT64 && q->device.type != FLASHC_DEVICE_CPU)
-        return flashc_fail(FLASHC_ERROR_DTYPE, "q: float64 is supported on the CPU only");
-    p->dtype = dt;
-
-    CHECK(flashc_check_last_dim_contiguous(q, "q"));
-    CHECK(flashc_check_last_dim_contiguous(k, "k"));
-    CHECK(flashc_check_last_dim_contiguous(v, "v"));
-
-    int off = varlen ? 0 : 1; /* position of the row dim minus one */
-    int64_t h = q->shape[1 + off], d = q->shape[2 + off];
-    int64_t hk = k->shape[1 + off], dv = v->shape[2 + off];
-    if (d < 1 || d > FLASHC_MAX_HEAD_DIM)
-        return flashc_fail(FLASHC_ERROR_HEAD_DIM, "q: head dim must be in [1, %d], got %lld",
-                           FLASHC_MAX_HEAD_DIM, (long long)d);
-    if (dv < 1 || dv > FLASHC_MAX_HEAD_DIM)
-        return flashc_fail(FLASHC_ERROR_HEAD_DIM, "v: head dim must be in [1, %d], got %lld",
-                           FLASHC_MAX_HEAD_DIM, (long long)dv);
-    if (h < 1) return flashc_fail(FLASHC_ERROR_SHAPE, "q: number of heads must be >= 1, got %lld",
-                                  (long long)h);
-    if (hk < 1)
-        return flashc_fail(FLASHC_ERROR_SHAPE, "k: number of heads must be >= 1, got %lld",
-                           (long long)hk);
-    if (h % hk != 0)
-        return flashc_fail(FLASHC_ERROR_HEAD_GROUPS,
-                           "k: q's number of heads (%lld) must be a multiple of k's (%lld)",
-                           (long long)h, (long long)hk);
+    static const char *const names[3] = {"q", "k", "v"};
+    CHECK(flashc_check_qkv(q, k, v, names, rank, paged ? 4 : rank, p));
+    int64_t d = p->head_dim, hk = p->nheads_k, dv = p->head_dim_v;
 
     int64_t b, sq, sk, total_q, total_k;
     if (!varlen) {
@@ -227,11 +271,20 @@ static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k
         CHECK(flashc_check_shape(v, "v", v_shape));
     } else {
         total_q = q->shape[0];
-        total_k = k->shape[0];
-        int64_t k_shape[3] = {total_k, hk, d};
-        CHECK(flashc_check_shape(k, "k", k_shape));
-        int64_t v_shape[3] = {total_k, hk, dv};
-        CHECK(flashc_check_shape(v, "v", v_shape));
+        if (paged) {
+            /* (num_blocks, block_size, hk, d): every block holds keys. */
+            total_k = k->shape[0] * k->shape[1];
+            int64_t k_shape[4] = {k->shape[0], k->shape[1], hk, d};
+            CHECK(flashc_check_shape(k, "k", k_shape));
+            int64_t v_shape[4] = {k->shape[0], k->shape[1], hk, dv};
+            CHECK(flashc_check_shape(v, "v", v_shape));
+        } else {
+            total_k = k->shape[0];
+            int64_t k_shape[3] = {total_k, hk, d};
+            CHECK(flashc_check_shape(k, "k", k_shape));
+            int64_t v_shape[3] = {total_k, hk, dv};
+            CHECK(flashc_check_shape(v, "v", v_shape));
+        }
 
         const flashc_tensor *cq = vl->cu_seqlens_q, *ck = vl->cu_seqlens_k;
         CHECK(flashc_check_tensor(cq, "cu_seqlens_q", 1));
@@ -283,18 +336,20 @@ static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k
         p->seqused_k = vl->seqused_k ? (const int32_t *)vl->seqused_k->data : NULL;
     }
     p->batch = b;
-    p->nheads = h;
-    p->nheads_k = hk;
-    p->head_dim = d;
-    p->head_dim_v = dv;
     p->seqlen_q = sq;
     p->seqlen_k = sk;
     p->total_q = total_q;
     p->total_k = total_k;
-    p->q = seq_view(q, varlen);
-    p->k = seq_view(k, varlen);
-    p->v = seq_view(v, varlen);
+    p->q = flashc_seq_view(q, varlen);
+    p->k = flashc_seq_view(k, varlen && !paged);
+    p->v = flashc_seq_view(v, varlen && !paged);
+    if (paged) CHECK(flashc_check_block_table(vl->block_table, b, k, "k", p));
+    return FLASHC_SUCCESS;
+}
 
+
+flashc_status flashc_apply_options(const flashc_attention_options *o, flashc_problem *p) {
+    int64_t b = p->batch, h = p->nheads;
     CHECK(check_options(o));
     if (o->alibi_slopes) {
         const flashc_tensor *a = o->alibi_slopes;
@@ -317,12 +372,12 @@ static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k
         }
         p->alibi_slopes = (const float *)a->data;
     }
-    p->scale = o->softmax_scale != 0.0 ? o->softmax_scale : 1.0 / sqrt((double)d);
+    p->scale = o->softmax_scale != 0.0 ? o->softmax_scale : 1.0 / sqrt((double)p->head_dim);
     p->softcap = o->softcap;
     p->causal = o->causal != 0;
     p->window_left = o->window_left;
     p->window_right = o->window_right;
-    flashc_normalize_window(p->causal, sq, sk, &p->window_left, &p->window_right);
+    flashc_normalize_window(p->causal, p->seqlen_q, p->seqlen_k, &p->window_left, &p->window_right);
     p->dropout_p = o->dropout_p;
     p->dropout_threshold = flashc_dropout_threshold(o->dropout_p);
     p->dropout_seed = o->dropout_seed;
@@ -332,6 +387,7 @@ static flashc_status check_inputs(const flashc_tensor *q, const flashc_tensor *k
     p->stream = o->stream;
     return FLASHC_SUCCESS;
 }
+
 
 /* Varlen contents, readable only where the index arrays live in host
  * memory: non-decreasing offsets inside the packed tensors, lengths within
@@ -370,12 +426,24 @@ static flashc_status check_varlen_contents(flashc_problem *p) {
             return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
                                "seqused_k: entry %lld is %d, outside [0, %lld] (the key length)",
                                (long long)i, p->seqused_k[i], (long long)lk);
+        if (p->kv.block_table) {
+            int64_t used = p->seqused_k ? p->seqused_k[i] : lk;
+            if (used > p->kv.capacity)
+                return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
+                                   "block_table: sequence %lld has %lld keys, more than its %lld "
+                                   "blocks of %lld hold",
+                                   (long long)i, (long long)used,
+                                   (long long)(p->kv.capacity / p->kv.block_size),
+                                   (long long)p->kv.block_size);
+            CHECK(flashc_check_block_table_contents(p, i, 0, used));
+        }
     }
     if (cq[p->batch] > p->total_q)
         return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
                            "cu_seqlens_q: last entry %d exceeds q's %lld rows", cq[p->batch],
                            (long long)p->total_q);
-    if (ck[p->batch] > p->total_k)
+    /* Paged keys: cu_seqlens_k holds lengths only (blocks may be shared). */
+    if (!p->kv.block_table && ck[p->batch] > p->total_k)
         return flashc_fail(FLASHC_ERROR_CU_SEQLENS,
                            "cu_seqlens_k: last entry %d exceeds k's %lld rows", ck[p->batch],
                            (long long)p->total_k);
@@ -405,8 +473,7 @@ static flashc_status check_like_q(const flashc_tensor *t, const char *name,
     return flashc_check_last_dim_contiguous(t, name);
 }
 
-/* lse-shaped: (b, h, sq) or (h, total_q), float32 (float64 for float64). */
-static flashc_status check_lse_like(const flashc_tensor *t, const char *name,
+flashc_status flashc_check_lse_like(const flashc_tensor *t, const char *name,
                                     const flashc_problem *p) {
     CHECK(flashc_check_tensor(t, name, p->is_varlen ? 2 : 3));
     flashc_dtype want = p->dtype == FLASHC_DTYPE_FLOAT64 ? FLASHC_DTYPE_FLOAT64
@@ -425,11 +492,12 @@ static flashc_status check_lse_like(const flashc_tensor *t, const char *name,
 flashc_status flashc_validate_forward(const flashc_forward_args *a, flashc_problem *p) {
     memset(p, 0, sizeof *p);
     if (!a) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "args: is NULL");
-    CHECK(check_inputs(a->q, a->k, a->v, &a->varlen, &a->options, p));
+    CHECK(check_inputs(a->q, a->k, a->v, &a->varlen, p));
+    CHECK(flashc_apply_options(&a->options, p));
     CHECK(check_like_q(a->out, "out", p, p->nheads, p->seqlen_q, p->total_q, p->head_dim_v));
     CHECK(flashc_check_no_self_overlap(a->out, "out"));
     if (a->lse) {
-        CHECK(check_lse_like(a->lse, "lse", p));
+        CHECK(flashc_check_lse_like(a->lse, "lse", p));
         CHECK(flashc_check_no_self_overlap(a->lse, "lse"));
     }
     if (a->s_dmask) {
@@ -459,27 +527,33 @@ flashc_status flashc_validate_forward(const flashc_forward_args *a, flashc_probl
                              {vl->cu_seqlens_q, "cu_seqlens_q"},
                              {vl->cu_seqlens_k, "cu_seqlens_k"},
                              {vl->seqused_k, "seqused_k"},
+                             {vl->block_table, "block_table"},
                              {a->out, "out"},
                              {a->lse, "lse"},
                              {a->s_dmask, "s_dmask"}};
     int n_inputs = (int)(sizeof inputs / sizeof inputs[0]);
-    CHECK(check_devices(inputs, n_inputs, p));
-    CHECK(check_disjoint(inputs + 7, 3, inputs, n_inputs));
+    CHECK(flashc_check_devices(inputs, n_inputs, p));
+    CHECK(flashc_check_disjoint(inputs + 8, 3, inputs, n_inputs));
     CHECK(check_varlen_contents(p));
-    p->out = seq_view(a->out, p->is_varlen);
-    p->lse = row_view(a->lse, p->is_varlen);
+    p->out = flashc_seq_view(a->out, p->is_varlen);
+    p->lse = flashc_row_view(a->lse, p->is_varlen);
     return FLASHC_SUCCESS;
 }
 
 flashc_status flashc_validate_backward(const flashc_backward_args *a, flashc_problem *p) {
     memset(p, 0, sizeof *p);
     if (!a) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "args: is NULL");
-    CHECK(check_inputs(a->q, a->k, a->v, &a->varlen, &a->options, p));
+    if (a->varlen.block_table)
+        return flashc_fail(FLASHC_ERROR_UNSUPPORTED,
+                           "block_table: the backward of a paged (block_table) forward is not "
+                           "supported");
+    CHECK(check_inputs(a->q, a->k, a->v, &a->varlen, p));
+    CHECK(flashc_apply_options(&a->options, p));
     CHECK(check_like_q(a->out, "out", p, p->nheads, p->seqlen_q, p->total_q, p->head_dim_v));
     CHECK(check_like_q(a->dout, "dout", p, p->nheads, p->seqlen_q, p->total_q, p->head_dim_v));
     if (!a->lse) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "lse: tensor descriptor is NULL");
-    CHECK(check_lse_like(a->lse, "lse", p));
-    if (a->dlse) CHECK(check_lse_like(a->dlse, "dlse", p));
+    CHECK(flashc_check_lse_like(a->lse, "lse", p));
+    if (a->dlse) CHECK(flashc_check_lse_like(a->dlse, "dlse", p));
     CHECK(check_like_q(a->dq, "dq", p, p->nheads, p->seqlen_q, p->total_q, p->head_dim));
     CHECK(check_like_q(a->dk, "dk", p, p->nheads_k, p->seqlen_k, p->total_k, p->head_dim));
     CHECK(check_like_q(a->dv, "dv", p, p->nheads_k, p->seqlen_k, p->total_k, p->head_dim_v));
@@ -503,18 +577,18 @@ flashc_status flashc_validate_backward(const flashc_backward_args *a, flashc_pro
                              {a->dk, "dk"},
                              {a->dv, "dv"}};
     int n_all = (int)(sizeof inputs / sizeof inputs[0]), n_in = 11;
-    CHECK(check_devices(inputs, n_all, p));
+    CHECK(flashc_check_devices(inputs, n_all, p));
     /* dq, dk, dv may be views of one packed buffer: check each against the
      * inputs only. */
-    CHECK(check_disjoint(inputs + n_in, 3, inputs, n_in));
+    CHECK(flashc_check_disjoint(inputs + n_in, 3, inputs, n_in));
     CHECK(check_varlen_contents(p));
-    p->out = seq_view(a->out, p->is_varlen);
-    p->dout = seq_view(a->dout, p->is_varlen);
-    p->dq = seq_view(a->dq, p->is_varlen);
-    p->dk = seq_view(a->dk, p->is_varlen);
-    p->dv = seq_view(a->dv, p->is_varlen);
-    p->lse = row_view(a->lse, p->is_varlen);
-    p->dlse = row_view(a->dlse, p->is_varlen);
+    p->out = flashc_seq_view(a->out, p->is_varlen);
+    p->dout = flashc_seq_view(a->dout, p->is_varlen);
+    p->dq = flashc_seq_view(a->dq, p->is_varlen);
+    p->dk = flashc_seq_view(a->dk, p->is_varlen);
+    p->dv = flashc_seq_view(a->dv, p->is_varlen);
+    p->lse = flashc_row_view(a->lse, p->is_varlen);
+    p->dlse = flashc_row_view(a->dlse, p->is_varlen);
     return FLASHC_SUCCESS;
 }
 

@@ -5,6 +5,7 @@
 #ifndef FLASHC_CORE_VALIDATE_H
 #define FLASHC_CORE_VALIDATE_H
 
+#include "kvcache.h"
 #include "problem.h"
 
 flashc_status flashc_validate_forward(const flashc_forward_args *args, flashc_problem *p);
@@ -14,5 +15,9 @@ flashc_status flashc_validate_forward(const flashc_forward_args *args, flashc_pr
 flashc_status flashc_validate_backward(const flashc_backward_args *args, flashc_problem *p);
 
 flashc_status flashc_validate_workspace(const flashc_backward_args *args, size_t required);
+
+/* flashc_attention_kvcache's arguments, the index tensors' contents
+ * included where they are in host memory. */
+flashc_status flashc_validate_kvcache(const flashc_kvcache_args *args, flashc_kvcache_problem *p);
 
 #endif

@@ -70,8 +70,7 @@ static void fc_visible_key_tiles(const flashc_problem *p, const fc_tile_ctx *t, 
 static void fc_fwd_logit_tile(const flashc_problem *p, const fc_tile_ctx *t, int64_t hk,
                               const flashc_seq_info *seq, fc_fwd_scratch *s) {
     int64_t d = p->head_dim;
-    fc_panel k = fc_tile_panel(s->K, d, t->cols_pad, &p->k, t->b, seq->k_start + t->c0, t->cols,
-                               hk, d, 0);
+    fc_panel k = fc_key_panel(s->K, d, t->cols_pad, p, &p->k, t->b, seq, t->c0, t->cols, hk, d, 0);
     fc_gemm((int)t->cols_pad, (int)t->rows_pad, (int)d, k.data, k.ld, 1, s->Qt, FC_BM, s->S, FC_BM,
             0);
     fc_tile_logits(s->S, NULL, t);
@@ -143,8 +142,7 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
     for (int64_t kb = kb0; kb < kb1; ++kb) {
         fc_set_key_tile(&t, kb);
         fc_fwd_logit_tile(p, &t, hk, &seq, s);
-        fc_panel v = fc_tile_panel(s->V, dvp, t.cols_pad, &p->v, b, seq.k_start + t.c0, t.cols, hk,
-                                   dv, 1);
+        fc_panel v = fc_key_panel(s->V, dvp, t.cols_pad, p, &p->v, b, &seq, t.c0, t.cols, hk, dv, 1);
 
         /* Online softmax, vectorised over the rows. */
         for (int iv = 0; iv < t.rows_pad; iv += VL) {

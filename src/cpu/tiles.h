@@ -121,6 +121,37 @@ static fc_panel fc_tile_panel(real *dst, int64_t ld_packed, int64_t rows_pad,
     return panel;
 }
 
+/* Keys j0 .. j0 + rows - 1 of sequence b (seq: flashc_problem_seq) of k or
+ * v as a real panel, as fc_tile_panel does for plain rows: from the
+ * sequence's cache batch, or through the block table when the keys are
+ * paged (a tile inside one block is read in place like plain rows; one
+ * across blocks is packed row by row). */
+static fc_panel fc_key_panel(real *dst, int64_t ld_packed, int64_t rows_pad, const flashc_problem *p,
+                             const flashc_seq_tensor *t, int64_t b, const flashc_seq_info *seq,
+                             int64_t j0, int64_t rows, int64_t h, int64_t n, int vector_rows) {
+    int64_t c0 = seq->k_start + j0;
+    const flashc_kv_layout *kv = &p->kv;
+    if (!kv->block_table)
+        return fc_tile_panel(dst, ld_packed, rows_pad, t, seq->k_batch, c0, rows, h, n, vector_rows);
+    int64_t bs = kv->block_size;
+    if (rows > 0 && c0 / bs == (c0 + rows - 1) / bs) {
+        int64_t block = kv->block_table[b * kv->block_table_stride + c0 / bs];
+        return fc_tile_panel(dst, ld_packed, rows_pad, t, block, c0 % bs, rows, h, n, vector_rows);
+    }
+    for (int64_t i = 0; i < rows_pad; ++i) {
+        real *d = dst + i * ld_packed;
+        int64_t x = 0;
+        if (i < rows) {
+            int64_t off = flashc_problem_key_offset(p, t, b, 0, c0 + i) + h * t->head_stride;
+            fc_load_row(d, fc_elem(t->data, t->dtype, off), t->dtype, n, 1);
+            x = n;
+        }
+        for (; x < ld_packed; ++x) d[x] = 0;
+    }
+    fc_panel panel = {dst, (ptrdiff_t)ld_packed};
+    return panel;
+}
+
 /* The same rows transposed: dst[x * FC_BM + i], x < n, i < rows_pad (rows
  * beyond `rows` zero). */
 static void fc_pack_rows_transposed(real *dst, const flashc_seq_tensor *t, int64_t b, int64_t row0,
