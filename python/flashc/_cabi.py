@@ -107,6 +107,7 @@ class Varlen(ctypes.Structure):
         ("seqused_k", ctypes.POINTER(Tensor)),
         ("max_seqlen_q", ctypes.c_int64),
         ("max_seqlen_k", ctypes.c_int64),
+        ("block_table", ctypes.POINTER(Tensor)),
     ]
 
 
@@ -138,5 +139,28 @@ class BackwardArgs(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
         ("varlen", Varlen),
+        ("options", AttentionOptions),
+    ]
+
+
+class KvcacheArgs(ctypes.Structure):
+    _fields_ = [
+        ("q", ctypes.POINTER(Tensor)),
+        ("k_cache", ctypes.POINTER(Tensor)),
+        ("v_cache", ctypes.POINTER(Tensor)),
+        ("k_new", ctypes.POINTER(Tensor)),
+        ("v_new", ctypes.POINTER(Tensor)),
+        ("cache_seqlens", ctypes.POINTER(Tensor)),
+        ("cache_batch_idx", ctypes.POINTER(Tensor)),
+        ("cache_leftpad", ctypes.POINTER(Tensor)),
+        ("block_table", ctypes.POINTER(Tensor)),
+        ("rotary_cos", ctypes.POINTER(Tensor)),
+        ("rotary_sin", ctypes.POINTER(Tensor)),
+        ("rotary_interleaved", ctypes.c_int),
+        ("num_splits", ctypes.c_int),
+        ("out", ctypes.POINTER(Tensor)),
+        ("lse", ctypes.POINTER(Tensor)),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
         ("options", AttentionOptions),
     ]

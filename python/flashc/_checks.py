@@ -143,6 +143,19 @@ def int32_vector(t, name, length=None):
         )
 
 
+def int32_matrix(t, name):
+    if not isinstance(t, torch.Tensor):
+        raise FlashcTypeError(
+            _cabi.ERROR_ARGUMENT, f"{name}: expected a torch.Tensor, got {type(t).__name__}"
+        )
+    if t.dtype != torch.int32:
+        raise FlashcTypeError(_cabi.ERROR_DTYPE, f"{name}: dtype must be torch.int32, got {t.dtype}")
+    if t.dim() != 2:
+        raise FlashcValueError(
+            _cabi.ERROR_RANK, f"{name}: expected a 2-D tensor, got shape {tuple(t.shape)}"
+        )
+
+
 def cu_seqlens(cu_q, cu_k):
     int32_vector(cu_q, "cu_seqlens_q")
     int32_vector(cu_k, "cu_seqlens_k")

@@ -17,7 +17,8 @@ import torch
 from . import _cabi, _layout, _library, _tensors
 from .errors import FlashcValueError, error_for_status
 
-_VARLEN_FIELDS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "max_seqlen_q", "max_seqlen_k")
+_VARLEN_FIELDS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "max_seqlen_q", "max_seqlen_k",
+                  "block_table")
 _OPTION_FIELDS = ("softmax_scale", "causal", "window_left", "window_right", "softcap",
                   "alibi_slopes", "dropout_p", "dropout_seed", "dropout_offset",
                   "deterministic", "num_threads", "stream")
@@ -39,9 +40,9 @@ assert _cabi.BackwardArgs.workspace_bytes.offset == _WORKSPACE_AT + ctypes.sizeo
 
 # Tensors each call may describe, in the order their descriptors are
 # written (write_call_descriptors: the q-like ones, the LSE, the optional
-# ones): the forward's ten, the backward's thirteen.
+# ones): the forward's eleven, the backward's thirteen.
 _FORWARD_TENSORS = ("q", "k", "v", "out", "lse", "s_dmask", "alibi_slopes", "cu_seqlens_q",
-                    "cu_seqlens_k", "seqused_k")
+                    "cu_seqlens_k", "seqused_k", "block_table")
 _BACKWARD_TENSORS = ("dout", "q", "k", "v", "out", "dq", "dk", "dv", "lse", "dlse",
                      "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k")
 
@@ -116,8 +117,8 @@ def _fail(status):
 
 def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, window_right,
             softcap, alibi_slopes, dropout_p, seed, offset, cu_seqlens_q=None,
-            cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, *,
-            checked=False):
+            cu_seqlens_k=None, seqused_k=None, max_seqlen_q=0, max_seqlen_k=0, block_table=None,
+            *, checked=False):
     """Runs the forward into the given out / lse / s_dmask (s_dmask may be
     None). checked=True: the caller has checked that q, k, v have one
     dtype and device and made out and lse on that device, out in that
@@ -125,17 +126,17 @@ def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, wind
     package's own calls pass them so, which costs less than keywords.)"""
     buffer = _ForwardBuffer()
     if cu_seqlens_q is None:
-        cu_seqlens_k = seqused_k = None
+        cu_seqlens_k = seqused_k = block_table = None
         max_seqlen_q = max_seqlen_k = 0
     a = _tensors.write_call_descriptors(
         buffer, _FORWARD_DESCRIPTORS_AT, (q, k, v, out), lse,
-        (s_dmask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k), _FORWARD_TENSORS,
-        4 if checked else 0,
+        (s_dmask, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table),
+        _FORWARD_TENSORS, 4 if checked and block_table is None else 0,
     )
     cuda = q.is_cuda
     _pack(_FORWARD_LAYOUT, buffer,
           (a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8], a[9], max_seqlen_q, max_seqlen_k,
-           softmax_scale, int(causal), window_left, window_right, softcap, a[6], dropout_p,
+           a[10], softmax_scale, int(causal), window_left, window_right, softcap, a[6], dropout_p,
            seed, offset, 0, _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
            _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM))
     device = _other_device(q) if cuda else None
@@ -170,7 +171,7 @@ def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale, causal, w
     cuda = q.is_cuda
     _pack(_BACKWARD_LAYOUT, buffer,
           (a[0], a[1], a[2], a[3], a[4], a[8], a[9], a[5], a[6], a[7], 0, 0, a[11], a[12], 0,
-           max_seqlen_q, max_seqlen_k, softmax_scale, int(causal), window_left, window_right,
+           max_seqlen_q, max_seqlen_k, 0, softmax_scale, int(causal), window_left, window_right,
            softcap, a[10], dropout_p, seed, offset, int(deterministic),
            _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
            _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM))
@@ -196,4 +197,61 @@ def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale, causal, w
         # Released right after the launch: the caching allocator gives the
         # memory only to later work on the same stream, which runs after the
         # kernels that read it.
+        del workspace
+
+
+# ---- attention over a KV cache ---------------------------------------------------
+
+_KVCACHE_LAYOUT = _layout.packer(_cabi.KvcacheArgs)
+_KVCACHE_TENSORS = ("q", "k_cache", "v_cache", "k_new", "v_new", "cache_seqlens",
+                    "cache_batch_idx", "cache_leftpad", "block_table", "rotary_cos",
+                    "rotary_sin", "out", "lse", "alibi_slopes")
+assert _KVCACHE_LAYOUT[1] == (*_KVCACHE_TENSORS[:11], "rotary_interleaved", "num_splits", "out",
+                              "lse", "workspace", "workspace_bytes",
+                              *(f"options.{f}" for f in _OPTION_FIELDS)), _KVCACHE_LAYOUT
+_KvcacheBuffer, _KVCACHE_DESCRIPTORS_AT = _buffer_type(_KVCACHE_LAYOUT[0].size,
+                                                       len(_KVCACHE_TENSORS))
+_KVCACHE_WORKSPACE_AT = _cabi.KvcacheArgs.workspace.offset
+assert (_cabi.KvcacheArgs.workspace_bytes.offset
+        == _KVCACHE_WORKSPACE_AT + ctypes.sizeof(ctypes.c_void_p))
+_kvcache_workspace_size = _library.lib["flashc_attention_kvcache_workspace_size"]
+_kvcache_workspace_size.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+_kvcache_workspace_size.restype = _cabi.c_enum
+_kvcache = _library.lib["flashc_attention_kvcache"]
+_kvcache.argtypes = [ctypes.c_void_p]
+_kvcache.restype = _cabi.c_enum
+
+
+def kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, cache_leftpad,
+            block_table, rotary_cos, rotary_sin, rotary_interleaved, num_splits, out, lse,
+            softmax_scale, causal, window_left, window_right, softcap, alibi_slopes):
+    """Runs flashc_attention_kvcache into out / lse, appending k_new / v_new
+    into the caches in place. The workspace (rotated q, split partials) is
+    allocated here on the call's device and stream; on CUDA that keeps the
+    call capturable in a CUDA graph (the caching allocator serves captures
+    from the graph's private pool)."""
+    buffer = _KvcacheBuffer()
+    tensors = (q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, cache_leftpad,
+               block_table, rotary_cos, rotary_sin, out, lse, alibi_slopes)
+    a = _tensors.write_descriptors(buffer, _KVCACHE_DESCRIPTORS_AT, tensors, _KVCACHE_TENSORS)
+    cuda = q.is_cuda
+    _pack(_KVCACHE_LAYOUT, buffer,
+          (*a[:11], int(rotary_interleaved), num_splits, a[11], a[12], 0, 0, softmax_scale,
+           int(causal), window_left, window_right, softcap, a[13], 0.0, 0, 0, 0,
+           _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
+           _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM))
+    args = ctypes.addressof(buffer)
+    device = _other_device(q) if cuda else None
+    with device if device is not None else _NO_DEVICE_SCOPE:
+        nbytes = ctypes.c_size_t(0)
+        status = _kvcache_workspace_size(args, ctypes.addressof(nbytes))
+        if status:
+            _fail(status)
+        workspace = None
+        if nbytes.value:
+            workspace = q.new_empty(nbytes.value, dtype=torch.uint8)
+            _WORKSPACE.pack_into(buffer, _KVCACHE_WORKSPACE_AT, workspace.data_ptr(), nbytes.value)
+        status = _kvcache(args)
+        if status:
+            _fail(status)
         del workspace

@@ -71,6 +71,13 @@ def _declare(lib):
         ctypes.c_void_p,
     ]
     lib.flashc_attention_backward_allocating.restype = _cabi.c_enum
+    lib.flashc_attention_kvcache_workspace_size.argtypes = [
+        P(_cabi.KvcacheArgs),
+        P(ctypes.c_size_t),
+    ]
+    lib.flashc_attention_kvcache_workspace_size.restype = _cabi.c_enum
+    lib.flashc_attention_kvcache.argtypes = [P(_cabi.KvcacheArgs)]
+    lib.flashc_attention_kvcache.restype = _cabi.c_enum
     return lib
 
 

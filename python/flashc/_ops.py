@@ -172,16 +172,26 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
                    want_rng_state=True):
     """flashc::_flash_attn_varlen_forward's body; want_s_dmask and
     want_rng_state as batched_forward."""
-    _checks.not_supported(block_table, "block_table", "paged KV is not supported by flashc yet")
-    _checks.not_supported(leftpad_k, "leftpad_k", "left padding of keys is not supported by flashc")
-    if not _checks.attention_inputs_ok(3, q, k, v, alibi_slopes):
-        _check_attention_inputs(q, k, v, 3, "(total, nheads, headdim)")
+    _checks.not_supported(leftpad_k, "leftpad_k", "left padding of keys is not supported by flashc "
+                          "in the varlen forward (flash_attn_with_kvcache takes cache_leftpad)")
+    if block_table is None:
+        if not _checks.attention_inputs_ok(3, q, k, v, alibi_slopes):
+            _check_attention_inputs(q, k, v, 3, "(total, nheads, headdim)")
+    else:  # paged: k and v are (num_blocks, page_block_size, nheads_k, headdim)
+        _checks.rank(q, "q", 3, "(total, nheads, headdim)")
+        _checks.rank(k, "k", 4, "(num_blocks, page_block_size, nheads_k, headdim) with block_table")
+        _checks.rank(v, "v", 4, "(num_blocks, page_block_size, nheads_k, headdim) with block_table")
+        _checks.attention_dtype(q, "q")
+        _checks.attention_dtype(k, "k", q)
+        _checks.attention_dtype(v, "v", q)
+        _checks.int32_matrix(block_table, "block_table")
+        block_table = maybe_contiguous(block_table)
     _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)
     if seqused_k is not None:
         _checks.int32_vector(seqused_k, "seqused_k", cu_seqlens_q.shape[0] - 1)
     _checks.same_device([("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
                          ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k),
-                         ("alibi_slopes", alibi_slopes)])
+                         ("alibi_slopes", alibi_slopes), ("block_table", block_table)])
     _check_forward_scalars(dropout_p, softmax_scale)
     q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
     out, lse, s_dmask = _varlen_forward_outputs(q, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
@@ -190,7 +200,8 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
         q, k, v, out, lse, s_dmask, dropout_p, softmax_scale, causal, window_size_left,
         window_size_right, softcap, alibi_slopes, want_rng_state,
         (cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(),
-         None if seqused_k is None else seqused_k.contiguous(), max_seqlen_q, max_seqlen_k),
+         None if seqused_k is None else seqused_k.contiguous(), max_seqlen_q, max_seqlen_k,
+         block_table),
     )
     if zero_tensors:
         _lse_outside_sequences(lse, cu_seqlens_q, float("-inf"))

@@ -1,6 +1,8 @@
 """flash_attn's interface (flash_attn.flash_attn_interface 2.x), backed by
 the flashc C library: the six public functions, the six autograd Functions
-behind them, and the four torch.library operators they call.
+behind them, and the four torch.library operators they call; and
+flash_attn_with_kvcache (inference over a KV cache, operator
+flashc::fwd_kvcache in _kvcache).
 
 Beyond flash_attn, every public function takes `return_lse=False`: when
 True it returns (out, softmax_lse) (or (out, softmax_lse, S_dmask) with
@@ -21,7 +23,8 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
-from . import _checks, _ops, _scalars
+from . import _cabi, _checks, _kvcache, _ops, _scalars
+from .errors import FlashcTypeError
 from ._shapes import head_dim_multiple, pad_head_dim, round_multiple
 from ._tensors import maybe_contiguous
 
@@ -32,6 +35,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_varlen_kvpacked_func",
+    "flash_attn_with_kvcache",
     "FlashAttnFunc",
     "FlashAttnQKVPackedFunc",
     "FlashAttnKVPackedFunc",
@@ -361,8 +365,10 @@ def _attention_forward(ctx, inputs, dropout_p, softmax_scale, causal, window_siz
         cu_seqlens = ((varlen.cu_seqlens_q,) if varlen.cu_seqlens_k is varlen.cu_seqlens_q
                       else (varlen.cu_seqlens_q, varlen.cu_seqlens_k))
         ctx.max_seqlen_q, ctx.max_seqlen_k = varlen.max_seqlen_q, varlen.max_seqlen_k
+    ctx.paged = varlen is not None and varlen.block_table is not None
     # Tensors are saved only when a gradient is needed; the rest lives on ctx.
-    if is_grad_enabled and (first.requires_grad or any(t.requires_grad for t in inputs[1:])):
+    if (is_grad_enabled and not ctx.paged
+            and (first.requires_grad or any(t.requires_grad for t in inputs[1:]))):
         ctx.save_for_backward(q, k, v, out_padded, softmax_lse, *cu_seqlens, rng_state)
     # the backward operators' parameters from dropout_p to deterministic
     ctx.options = (dropout_p, softmax_scale, causal, window_size[0], window_size[1], softcap,
@@ -380,6 +386,9 @@ def _attention_forward(ctx, inputs, dropout_p, softmax_scale, causal, window_siz
 def _attention_backward(ctx, dout, dlse):
     """The backward of every Function: the gradients of its tensor inputs,
     in the layout the forward received them (see _attention_forward)."""
+    if ctx.paged:
+        _checks.not_supported(True, "block_table", "the backward of a paged (block_table) "
+                              "forward is not supported (as in flash_attn)")
     q, k, v, out, softmax_lse, *cu_seqlens, rng_state = ctx.saved_tensors
     if dout is None or ctx.padded:  # (else autograd gives dout out's shape)
         dout = _incoming_dout(dout, out)
@@ -415,10 +424,6 @@ def _attention_backward(ctx, dout, dlse):
         # (the shapes are not even read, so torch.jit.trace records no comparison)
         return tuple(buffers)
     return tuple(_unpad(grad, head_dim) for grad, head_dim in zip(buffers, ctx.head_dims))
-
-
-def _check_block_table(block_table):
-    _checks.not_supported(block_table, "block_table", "paged KV is not supported by flashc yet")
 
 
 # ---- the Function the public functions apply -----------------------------------
@@ -736,11 +741,85 @@ def flash_attn_varlen_func(
     """Variable-length attention of q (total_q, nheads, headdim) over k
     (total_k, nheads_k, headdim) and v (total_k, nheads_k, headdim_v), with
     int32 cu_seqlens_q / cu_seqlens_k (batch + 1,) and int max_seqlen_q /
-    max_seqlen_k. block_table (paged KV) is not supported yet and must be
-    None. Other arguments as flash_attn_qkvpacked_func."""
-    _check_block_table(block_table)
+    max_seqlen_k. With block_table (int32 (batch, max_num_blocks_per_seq)),
+    k and v are a paged cache (num_blocks, page_block_size, nheads_k,
+    headdim): key j of sequence i is row j % page_block_size of block
+    block_table[i, j // page_block_size], and cu_seqlens_k gives only the
+    key lengths; such a forward has no backward. Other arguments as
+    flash_attn_qkvpacked_func."""
     q, k, v, cu_seqlens_q, cu_seqlens_k = _distinct(q, k, v, cu_seqlens_q, cu_seqlens_k)
     result = _Attention.apply(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, _settings(
         dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
         return_attn_probs, return_lse, max_seqlen_q, max_seqlen_k, block_table))
     return _api_result(result, return_attn_probs, return_lse)
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    """Attention of q (batch, seqlen, nheads, headdim) over a KV cache, for
+    incremental decoding; no backward.
+
+    If k and v (batch, seqlen_new, nheads_k, headdim) are given, they are
+    written into k_cache / v_cache in place at cache indices cache_seqlens,
+    cache_seqlens + 1, ... before q attends to the cache (the cache must hold
+    them). k_cache / v_cache are (batch_size_cache, seqlen_cache, nheads_k,
+    headdim), sequence i using cache batch cache_batch_idx[i] (or i), or with
+    block_table (int32 (batch, max_num_blocks_per_seq)) a paged cache
+    (num_blocks, page_block_size, nheads_k, headdim) of any block size.
+    cache_seqlens: int or int32 (batch,), the keys already in the cache
+    (default: all of it); cache_leftpad: int32 (batch,), the first cache
+    index of each sequence.
+
+    rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2): rotary embedding of
+    k at positions cache_seqlens, cache_seqlens + 1, ..., and of q at those
+    positions under a causal mask or a window, else at cache_seqlens for
+    every row; rotary_interleaved pairs dims (0, 1), (2, 3), ..., else
+    (i, i + rotary_dim / 2) (GPT-NeoX).
+
+    Masks, softcap, ALiBi and GQA as flash_attn_func, the causal mask aligned
+    to the bottom-right corner over the cache's keys. num_splits: key
+    splits on CUDA (0 = chosen, 1 = none). Returns out (batch, seqlen,
+    nheads, headdim), and softmax_lse (batch, nheads, seqlen) with
+    return_softmax_lse."""
+    _, softmax_scale, causal, window_size, softcap, _ = _scalars.attention_options(
+        0.0, softmax_scale, causal, window_size, softcap, False)
+    rotary_interleaved = _scalars.as_bool(rotary_interleaved, "rotary_interleaved")
+    num_splits = _scalars.as_int(num_splits, "num_splits")
+    return_softmax_lse = _scalars.as_bool(return_softmax_lse, "return_softmax_lse")
+    if not isinstance(q, torch.Tensor):
+        raise FlashcTypeError(_cabi.ERROR_ARGUMENT, f"q: expected a torch.Tensor, got {type(q).__name__}")
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** -0.5
+    if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
+        cache_seqlens = torch.full((q.shape[0],), _scalars.as_int(cache_seqlens, "cache_seqlens"),
+                                   dtype=torch.int32, device=k_cache.device)
+    args = (q, k_cache, v_cache, k, v, cache_seqlens, rotary_cos, rotary_sin, cache_batch_idx,
+            cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_size[0],
+            window_size[1], softcap, rotary_interleaved, num_splits)
+    if _ops.can_call_directly(q, k_cache, v_cache, k, v, cache_seqlens, rotary_cos, rotary_sin,
+                              cache_batch_idx, cache_leftpad, block_table, alibi_slopes):
+        out, softmax_lse = _kvcache.fwd_kvcache_body(*args)
+        if k is not None:
+            _mark_written(k_cache, v_cache)
+    else:
+        out, softmax_lse = torch.ops.flashc.fwd_kvcache(*args)
+    return (out, softmax_lse) if return_softmax_lse else out

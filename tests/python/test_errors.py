@@ -130,8 +130,11 @@ VARLEN_ERRORS = {
     "max_seqlen_negative": (lambda: varlen(max_seqlen_k=-1), ValueError, "max_seqlen_k"),
     "q_rank": (lambda: varlen(q=t(1, 9, 4, 16)), ValueError, r"\bq\b"),
     "alibi_batch": (lambda: varlen(alibi_slopes=torch.rand(2, 4)), ValueError, "alibi_slopes"),
-    "block_table": (lambda: varlen(block_table=torch.zeros(3, 1, dtype=torch.int32)),
-                    NotImplementedError, "block_table"),
+    "block_table_rank": (lambda: varlen(block_table=torch.zeros(3, 1, dtype=torch.int32)),
+                         ValueError, r"\bk\b"),  # k stays (total_k, ...): not a paged cache
+    "block_table_dtype": (lambda: varlen(k=t(2, 4, 2, 16), v=t(2, 4, 2, 16),
+                                         block_table=torch.zeros(3, 1, dtype=torch.int64)),
+                          TypeError, "block_table"),
     "dropout": (lambda: varlen(dropout_p=2.0), ValueError, "dropout_p"),
     "window": (lambda: varlen(window_size=(-3, -1)), ValueError, "window"),
 }

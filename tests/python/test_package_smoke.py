@@ -117,6 +117,7 @@ _C_STRUCTS = {
     "flashc_varlen": _cabi.Varlen,
     "flashc_forward_args": _cabi.ForwardArgs,
     "flashc_backward_args": _cabi.BackwardArgs,
+    "flashc_kvcache_args": _cabi.KvcacheArgs,
 }
 
 
@@ -319,9 +320,9 @@ def test_library_status_becomes_a_named_exception():
     assert "window_left" in err.message and str(err).startswith("FLASHC_ERROR_WINDOW: ")
     with pytest.raises(flashc.FlashcTypeError, match=r"\bk\b"):
         flashc.flash_attn_func(q, q.float(), q)
-    with pytest.raises(NotImplementedError, match="block_table"):
-        flashc.flash_attn_varlen_func(q[0], q[0], q[0], _cu([0, 5]), _cu([0, 5]), 5, 5,
-                                      block_table=_cu([[0]]))
+    with pytest.raises(flashc.FlashcValueError, match="block_table"):  # one block of 4 keys
+        flashc.flash_attn_varlen_func(q[0], q.unsqueeze(2)[0], q.unsqueeze(2)[0], _cu([0, 5]),
+                                      _cu([0, 5]), 5, 5, block_table=_cu([[0]]))
     with pytest.raises(NotImplementedError, match="leftpad_k"):
         _flash_attn_varlen_forward(q[0], q[0], q[0], _cu([0, 5]), _cu([0, 5]), 5, 5, 0.0, 0.25,
                                    False, leftpad_k=_cu([0]))
