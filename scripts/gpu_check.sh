@@ -9,9 +9,10 @@
 #             mode) with their output, and a default `flashc run` (GPU)
 #             checked against the reference: ctest.log
 #   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid,
-#             default kernels and the portable ones) and on a small `flashc
-#             run`; racecheck on small `flashc run` problems that reach each
-#             kernel family: sanitize.log
+#             default kernels and the portable ones), on test_cuda_kvcache
+#             and on a small `flashc run`; racecheck on small `flashc run`
+#             problems that reach each kernel family and on KV-cache tests
+#             (paged, masks, bad indices): sanitize.log
 #   sass      cuobjdump --dump-sass of libflashc.so: HMMA/HGMMA count per
 #             kernel, LDL/STL (local memory) in the forward kernels: sass.txt
 #   pytest    the Python package (pip install, reusing the build above; the
@@ -180,6 +181,15 @@ step_sanitize() {
     FLASHC_TEST_QUICK=1 FLASHC_CUDA_FORWARD=portable FLASHC_TEST_FILTER='features_alone' run_sanitizer \
         "memcheck test_cuda_forward features_alone (quick, portable kernels)" 100 \
         --tool memcheck --leak-check no "$B/tests/test_cuda_forward"
+    # the KV-cache kernels (append with rotary, split attention, combine),
+    # out-of-range index tensors among them, and the paged varlen forward
+    FLASHC_TEST_QUICK=1 run_sanitizer "memcheck test_cuda_kvcache (quick)" 150 \
+        --tool memcheck --leak-check no "$B/tests/test_cuda_kvcache"
+    local filter
+    for filter in paged masks bad_indices; do
+        FLASHC_TEST_QUICK=1 FLASHC_TEST_FILTER="$filter" run_sanitizer "racecheck test_cuda_kvcache $filter (quick)" \
+            90 --tool racecheck --racecheck-report analysis "$B/tests/test_cuda_kvcache"
+    done
     run_sanitizer "memcheck flashc run (small, varlen, dropout)" 60 --tool memcheck \
         "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen \
         --dropout 0.1 --forward-only --quiet

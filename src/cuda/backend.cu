@@ -11,6 +11,7 @@ extern "C" {
 #include "../core/backend.h"
 #include "../core/error.h"
 }
+#include "backend_shared.h"
 #include "bwd_launch.h"
 #include "bwd_workspace.h"
 #include "fwd_launch.h"
@@ -37,7 +38,7 @@ static flashc_status check_rows_aligned(const char *name, const flashc_seq_tenso
     return FLASHC_SUCCESS;
 }
 
-static flashc_status check_forward_supported(const flashc_problem *p) {
+flashc_status flashc_cuda_check_supported(const flashc_problem *p) {
     if (p->dtype != FLASHC_DTYPE_FLOAT16 && p->dtype != FLASHC_DTYPE_BFLOAT16)
         return flashc_fail(FLASHC_ERROR_DTYPE,
                            "q: the CUDA backend takes float16 or bfloat16 (got %s); use the CPU backend for "
@@ -63,7 +64,7 @@ static flashc_status check_forward_supported(const flashc_problem *p) {
 
 static int clamp_window(int64_t w) { return w > INT32_MAX ? INT32_MAX : (int)w; }
 
-static flashc_fwd_params make_fwd_params(const flashc_problem *p) {
+flashc_fwd_params flashc_cuda_fwd_params(const flashc_problem *p) {
     flashc_fwd_params k;
     k.q = p->q.data;
     k.k = p->k.data;
@@ -104,9 +105,7 @@ static flashc_fwd_params make_fwd_params(const flashc_problem *p) {
     return k;
 }
 
-/* Runs `body` with the problem's device current, then restores the caller's. */
-static flashc_status launch_on_device(int device, cudaError_t (*body)(const flashc_problem *),
-                                      const flashc_problem *p) {
+flashc_status flashc_cuda_on_device(int device, cudaError_t (*body)(const void *), const void *p) {
     int previous = -1;
     cudaError_t err = cudaGetDevice(&previous);
     if (err == cudaSuccess && previous != device) err = cudaSetDevice(device);
@@ -119,8 +118,9 @@ static flashc_status launch_on_device(int device, cudaError_t (*body)(const flas
     return FLASHC_SUCCESS;
 }
 
-static cudaError_t forward_body(const flashc_problem *p) {
-    const flashc_fwd_params k = make_fwd_params(p);
+static cudaError_t forward_body(const void *arg) {
+    const flashc_problem *p = (const flashc_problem *)arg;
+    const flashc_fwd_params k = flashc_cuda_fwd_params(p);
     const int is_bf16 = p->dtype == FLASHC_DTYPE_BFLOAT16;
     /* The plain kernel takes row maxima of raw dot products and folds the
      * scale into the exponent, which is right only for a positive scale. */
@@ -133,15 +133,16 @@ static cudaError_t forward_body(const flashc_problem *p) {
 }
 
 extern "C" flashc_status flashc_cuda_forward(const flashc_problem *p) {
-    flashc_status st = check_forward_supported(p);
+    flashc_status st = flashc_cuda_check_supported(p);
     if (st != FLASHC_SUCCESS) return st;
-    return launch_on_device(p->device_index, forward_body, p);
+    if (p->kv.block_table) return flashc_cuda_paged_forward(p); /* kvcache_backend.cu */
+    return flashc_cuda_on_device(p->device_index, forward_body, p);
 }
 
 /* ---- backward ------------------------------------------------------------ */
 
 static flashc_status check_backward_supported(const flashc_problem *p) {
-    flashc_status st = check_forward_supported(p);
+    flashc_status st = flashc_cuda_check_supported(p);
     if (st != FLASHC_SUCCESS) return st;
     if ((st = check_rows_aligned("dout", &p->dout)) != FLASHC_SUCCESS) return st;
     if ((st = check_rows_aligned("dq", &p->dq)) != FLASHC_SUCCESS) return st;
@@ -153,7 +154,7 @@ static flashc_status check_backward_supported(const flashc_problem *p) {
 static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_bwd_plan *plan,
                                          const flashc_bwd_layout *L) {
     flashc_bwd_params k;
-    k.fwd = make_fwd_params(p);
+    k.fwd = flashc_cuda_fwd_params(p);
     k.dout = p->dout.data;
     k.do_batch_stride = p->dout.batch_stride, k.do_row_stride = p->dout.row_stride;
     k.do_head_stride = p->dout.head_stride;
@@ -180,7 +181,8 @@ static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_b
     return k;
 }
 
-static cudaError_t backward_body(const flashc_problem *p) {
+static cudaError_t backward_body(const void *arg) {
+    const flashc_problem *p = (const flashc_problem *)arg;
     const flashc_bwd_plan plan = flashc_bwd_plan_of(p);
     const flashc_bwd_layout L = flashc_bwd_layout_of(p, &plan);
     if (L.bytes > p->workspace_bytes) return cudaErrorInvalidValue; /* unreachable: api.c checked the size */
@@ -202,5 +204,5 @@ extern "C" size_t flashc_cuda_backward_workspace_size(const flashc_problem *p) {
 extern "C" flashc_status flashc_cuda_backward(const flashc_problem *p) {
     flashc_status st = check_backward_supported(p);
     if (st != FLASHC_SUCCESS) return st;
-    return launch_on_device(p->device_index, backward_body, p);
+    return flashc_cuda_on_device(p->device_index, backward_body, p);
 }

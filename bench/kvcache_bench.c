@@ -1,0 +1,234 @@
+/* kvcache_bench: the bandwidth of attention over a KV cache (decode) on the
+ * GPU, against the device's copy bandwidth measured in the same run.
+ *
+ * Decode with one query row, bf16, head dim 128, GQA 32 / 8 and MHA 32 / 32,
+ * batch x cache lengths (every cache full: cache_seqlens = capacity, no
+ * append), contiguous and paged caches (block sizes 16, 64, 256, blocks in
+ * random order), num_splits 0 (the library's choice). The K / V bytes a
+ * call must read, over its time, are its bandwidth; the copy bandwidth is a
+ * device-to-device cudaMemcpy of 4 GiB, counted as bytes read + written.
+ *
+ * Timing: CUDA events around replays of a CUDA graph of `calls` calls
+ * (so host overhead stays out), median of 5 replays after one warm-up;
+ * the caches rotate over copies that together exceed 256 MiB, so small
+ * problems are not served from the 50 MiB L2. Values are a memset pattern
+ * (finite, all equal): bandwidth does not depend on them.
+ *
+ * Usage: kvcache_bench [--quick] [--max-gib N]   (prints a markdown table) */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "flashc.h"
+
+#define CHECK_CUDA(call)                                                                   \
+    do {                                                                                   \
+        cudaError_t err_ = (call);                                                         \
+        if (err_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+#define CHECK_FLASHC(call)                                                                 \
+    do {                                                                                   \
+        flashc_status st_ = (call);                                                        \
+        if (st_ != FLASHC_SUCCESS) {                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, flashc_last_error_message()); \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float median(float *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_float);
+    return v[n / 2];
+}
+
+/* GB/s of a 4 GiB device-to-device copy (read + write). */
+static double copy_bandwidth(cudaStream_t stream) {
+    const size_t bytes = (size_t)4 << 30;
+    void *a, *b;
+    CHECK_CUDA(cudaMalloc(&a, bytes));
+    CHECK_CUDA(cudaMalloc(&b, bytes));
+    CHECK_CUDA(cudaMemsetAsync(a, 1, bytes, stream));
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    float ms[7];
+    for (int i = 0; i < 8; ++i) {
+        CHECK_CUDA(cudaEventRecord(e0, stream));
+        CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+        CHECK_CUDA(cudaEventRecord(e1, stream));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        if (i) CHECK_CUDA(cudaEventElapsedTime(&ms[i - 1], e0, e1));
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * (double)bytes / (median(ms, 7) * 1e-3) / 1e9;
+}
+
+typedef struct bench_row {
+    int nheads, nheads_k, batch, cache, block_size;
+} bench_row;
+
+/* Runs one row; returns the per-call time in microseconds and the splits
+ * the library chose. */
+static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) {
+    const int d = 128, hk = r->nheads_k, h = r->nheads, b = r->batch, cap = r->cache;
+    const size_t kv_elems = (size_t)b * cap * hk * d; /* per tensor */
+    const size_t kv_bytes = 2 * kv_elems * 2;         /* K and V, bf16 */
+    int copies = (int)(((size_t)256 << 20) / kv_bytes) + 1;
+    if (copies > 16) copies = 16;
+    const int bs = r->block_size;
+    const int max_blocks = bs ? (cap + bs - 1) / bs : 0;
+    const int64_t blocks = (int64_t)b * max_blocks;
+    const flashc_device dev = {FLASHC_DEVICE_CUDA, 0};
+
+    void *q, *out, *kc[16], *vc[16], *table = NULL, *seqlens;
+    CHECK_CUDA(cudaMalloc(&q, (size_t)b * h * d * 2));
+    CHECK_CUDA(cudaMalloc(&out, (size_t)b * h * d * 2));
+    CHECK_CUDA(cudaMemsetAsync(q, 0x3C, (size_t)b * h * d * 2, stream));
+    for (int c = 0; c < copies; ++c) {
+        CHECK_CUDA(cudaMalloc(&kc[c], kv_elems * 2));
+        CHECK_CUDA(cudaMalloc(&vc[c], kv_elems * 2));
+        CHECK_CUDA(cudaMemsetAsync(kc[c], 0x3C, kv_elems * 2, stream));
+        CHECK_CUDA(cudaMemsetAsync(vc[c], 0x3C, kv_elems * 2, stream));
+    }
+    int32_t *host = malloc(sizeof(int32_t) * (size_t)(blocks > b ? blocks : b));
+    for (int i = 0; i < b; ++i) host[i] = cap;
+    CHECK_CUDA(cudaMalloc(&seqlens, sizeof(int32_t) * (size_t)b));
+    CHECK_CUDA(cudaMemcpy(seqlens, host, sizeof(int32_t) * (size_t)b, cudaMemcpyHostToDevice));
+    if (bs) { /* every block once, in random order */
+        for (int64_t i = 0; i < blocks; ++i) host[i] = (int32_t)i;
+        uint64_t s = 88172645463325252ull;
+        for (int64_t i = blocks - 1; i > 0; --i) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            int64_t j = (int64_t)(s % (uint64_t)(i + 1));
+            int32_t t = host[i];
+            host[i] = host[j], host[j] = t;
+        }
+        CHECK_CUDA(cudaMalloc(&table, sizeof(int32_t) * (size_t)blocks));
+        CHECK_CUDA(cudaMemcpy(table, host, sizeof(int32_t) * (size_t)blocks, cudaMemcpyHostToDevice));
+    }
+    free(host);
+
+    int64_t qs[4] = {b, 1, h, d}, ks[4] = {bs ? blocks : b, bs ? bs : cap, hk, d}, ss[1] = {b},
+            ts[2] = {b, max_blocks};
+    flashc_tensor tq = flashc_tensor_contiguous(q, FLASHC_DTYPE_BFLOAT16, dev, 4, qs);
+    flashc_tensor to = flashc_tensor_contiguous(out, FLASHC_DTYPE_BFLOAT16, dev, 4, qs);
+    flashc_tensor tseq = flashc_tensor_contiguous(seqlens, FLASHC_DTYPE_INT32, dev, 1, ss);
+    flashc_tensor ttab = flashc_tensor_contiguous(table, FLASHC_DTYPE_INT32, dev, 2, ts);
+    flashc_tensor tk[16], tv[16];
+    flashc_kvcache_args args[16];
+    size_t ws_bytes = 0;
+    void *ws = NULL;
+    for (int c = 0; c < copies; ++c) {
+        tk[c] = flashc_tensor_contiguous(kc[c], FLASHC_DTYPE_BFLOAT16, dev, 4, ks);
+        tv[c] = flashc_tensor_contiguous(vc[c], FLASHC_DTYPE_BFLOAT16, dev, 4, ks);
+        flashc_kvcache_args *a = &args[c];
+        memset(a, 0, sizeof *a);
+        a->q = &tq, a->k_cache = &tk[c], a->v_cache = &tv[c], a->out = &to;
+        a->cache_seqlens = &tseq;
+        if (bs) a->block_table = &ttab;
+        a->num_splits = 0;
+        a->options = flashc_attention_options_default();
+        a->options.stream = stream;
+        if (c == 0) {
+            CHECK_FLASHC(flashc_attention_kvcache_workspace_size(a, &ws_bytes));
+            if (ws_bytes) CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+        }
+        a->workspace = ws, a->workspace_bytes = ws_bytes;
+    }
+    /* the split count behind the workspace size (partials of b * h rows
+     * of d + 1 floats per split, plus the library's alignment slack) */
+    *splits_out = ws_bytes ? (int)(ws_bytes / ((size_t)b * h * (d + 1) * 4)) : 1;
+
+    /* enough calls per graph for about 2 ms at 3.5 TB/s */
+    int calls = (int)(7e9 / (double)kv_bytes) + 1;
+    if (calls > 200) calls = 200;
+    for (int c = 0; c < copies; ++c) CHECK_FLASHC(flashc_attention_kvcache(&args[c])); /* warm-up, smem opt-in */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < calls; ++i) CHECK_FLASHC(flashc_attention_kvcache(&args[i % copies]));
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    float ms[5];
+    for (int i = 0; i < 6; ++i) {
+        CHECK_CUDA(cudaEventRecord(e0, stream));
+        CHECK_CUDA(cudaGraphLaunch(exec, stream));
+        CHECK_CUDA(cudaEventRecord(e1, stream));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        if (i) CHECK_CUDA(cudaEventElapsedTime(&ms[i - 1], e0, e1));
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    for (int c = 0; c < copies; ++c) cudaFree(kc[c]), cudaFree(vc[c]);
+    cudaFree(q), cudaFree(out), cudaFree(seqlens), cudaFree(table), cudaFree(ws);
+    return median(ms, 5) * 1e3 / calls;
+}
+
+int main(int argc, char **argv) {
+    int quick = 0;
+    double max_gib = 16.0;
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--max-gib") && i + 1 < argc)
+            max_gib = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: kvcache_bench [--quick] [--max-gib N]\n");
+            return 2;
+        }
+    }
+    if (!flashc_cuda_available()) {
+        printf("kvcache_bench: no CUDA device\n");
+        return 0;
+    }
+    cudaStream_t stream;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    struct cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    const double copy = copy_bandwidth(stream);
+    printf("# %s, %d SMs; flashc %s; copy bandwidth (4 GiB cudaMemcpy D2D, read + write) %.0f GB/s\n", prop.name,
+           prop.multiProcessorCount, flashc_version(), copy);
+    printf("| heads | layout | batch | cache | tokens | splits | us / call | GB/s | / copy |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    static const int batches[] = {1, 4, 16, 64, 256}, caches[] = {1024, 4096, 16384, 32768, 131072};
+    static const int layouts[] = {0, 16, 64, 256}, kv_heads[] = {8, 32};
+    for (int hi = 0; hi < 2; ++hi)
+        for (int bi = 0; bi < 5; ++bi)
+            for (int ci = 0; ci < 5; ++ci)
+                for (int li = 0; li < 4; ++li) {
+                    bench_row r = {32, kv_heads[hi], batches[bi], caches[ci], layouts[li]};
+                    const double bytes = 4.0 * r.batch * (double)r.cache * r.nheads_k * 128;
+                    if (bytes > max_gib * (1u << 30)) continue;
+                    if (quick && !(r.batch == 1 || r.batch * (double)r.cache >= 262144)) continue;
+                    if (quick && r.block_size == 16 && r.batch != 1) continue;
+                    int splits = 1;
+                    const double us = run_row(&r, stream, &splits);
+                    const double gbs = bytes / (us * 1e-6) / 1e9;
+                    char layout[16];
+                    snprintf(layout, sizeof layout, r.block_size ? "paged %d" : "contiguous", r.block_size);
+                    printf("| %d/%d | %s | %d | %d | %lld | %d | %.1f | %.0f | %.3f |\n", r.nheads, r.nheads_k,
+                           layout, r.batch, r.cache, (long long)r.batch * r.cache, splits, us, gbs, gbs / copy);
+                    fflush(stdout);
+                }
+    cudaStreamDestroy(stream);
+    return 0;
+}

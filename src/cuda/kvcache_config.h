@@ -1,0 +1,67 @@
+/* Tiles of the KV-cache attention kernel (kvcache_kernel.cuh), one per
+ * compiled head dim and warp layout. A head dim d (and value head dim dv)
+ * runs in the smallest HEAD_DIM >= max(d, dv); columns past d / dv are
+ * zero-filled on load and never stored.
+ *
+ * Four warps, each owning 16 tile rows and BLOCK_N / WARPS_N keys of every
+ * key block: WARPS_M = 4 / WARPS_N warps stack along the rows. Decode has
+ * few rows (the query heads of one GQA group times sq), so its warps split
+ * the keys instead (WARPS_N 4: a 16-row tile, each warp 16 keys of 64) and
+ * are merged once at the end; prefill over a cache stacks them (WARPS_N 1:
+ * 64 rows). STAGES key blocks (K and V) are in flight at once (cp.async):
+ * the kernel is bound by the bandwidth of reading the cache, and two CTAs
+ * per SM (H100 / H200, head dims up to 128) keep STAGES - 1 blocks each
+ * loading while one is computed.
+ *
+ * Shared memory: Q (BLOCK_M rows), STAGES x (K, V) blocks, rows padded by
+ * 16 bytes as in the forward (ldmatrix without bank conflicts), two rings
+ * of per-row cache offsets; the epilogue reuses the K / V stages. */
+#ifndef FLASHC_CUDA_KVCACHE_CONFIG_H
+#define FLASHC_CUDA_KVCACHE_CONFIG_H
+
+#include "fwd_config.h"
+
+#define FLASHC_KVC_THREADS 128
+
+#define FLASHC_KVC_CONFIGS(X)              \
+    /* HEAD_DIM WARPS_N BLOCK_N STAGES */ \
+    X(64, 4, 64, 4)                        \
+    X(64, 2, 64, 4)                        \
+    X(64, 1, 64, 4)                        \
+    X(128, 4, 64, 3)                       \
+    X(128, 2, 64, 3)                       \
+    X(128, 1, 64, 3)                       \
+    X(256, 4, 64, 2)                       \
+    X(256, 2, 32, 3)                       \
+    X(256, 1, 32, 3)
+
+/* The compiled head dims, smallest first. */
+#define FLASHC_KVC_HEAD_DIMS(X) X(64) X(128) X(256)
+
+template <int HEAD_DIM, int WARPS_N>
+struct flashc_kvc_config;
+#define FLASHC_KVC_CONFIG_STRUCT(D, WN, BN, S)                                                       \
+    template <>                                                                                      \
+    struct flashc_kvc_config<D, WN> {                                                                \
+        static constexpr int WARPS_N = WN, WARPS_M = 4 / WN, BLOCK_M = 16 * (4 / WN);                 \
+        static constexpr int BLOCK_N = BN, STAGES = S, KEYS_PER_WARP = BN / WN;                      \
+        static constexpr int SD = FLASHC_SMEM_ROW(D);   /* K / V / Q smem row, elements */           \
+        static constexpr int LDO = D + 8;               /* epilogue float rows (bank spread) */      \
+        static constexpr int Q_BYTES = BLOCK_M * SD * 2;                                             \
+        static constexpr int OFFSET_BYTES = 2 * 2 * BN * 8; /* [ring][k, v][row] int64 */            \
+        static constexpr int STAGE_BYTES = 2 * BN * SD * 2;                                          \
+        static constexpr int EPILOGUE_BYTES = WN * BLOCK_M * (LDO + 2) * 4;                          \
+        static constexpr int LOOP_BYTES = S * STAGE_BYTES;                                           \
+        static constexpr int SMEM_BYTES =                                                            \
+            Q_BYTES + OFFSET_BYTES + (LOOP_BYTES > EPILOGUE_BYTES ? LOOP_BYTES : EPILOGUE_BYTES);    \
+        static_assert(KEYS_PER_WARP % 16 == 0, "P V steps over whole 16-key atoms");                \
+        static_assert(BN <= FLASHC_KVC_THREADS, "one thread per key row computes its offsets");      \
+    };
+FLASHC_KVC_CONFIGS(FLASHC_KVC_CONFIG_STRUCT)
+#undef FLASHC_KVC_CONFIG_STRUCT
+
+/* The warp layout for `rows` tile rows per (sequence, KV head): the
+ * query heads of the group times the query rows. */
+static inline int flashc_kvc_warps_n(long long rows) { return rows <= 16 ? 4 : rows <= 32 ? 2 : 1; }
+
+#endif

@@ -1,0 +1,295 @@
+/* Attention over a KV cache or paged keys (mma.sync, sm_80+), with the
+ * keys split across CTAs.
+ *
+ * One CTA owns BLOCK_M tile rows of one (sequence, KV head) and one split
+ * of the key blocks those rows see. Tile row m is query row m / group of
+ * query head head_k * group + m % group: the query heads of a GQA group
+ * share the CTA, so each K / V block is read once for all of them (decode
+ * has one query row, and its group fills the rows of one mma atom).
+ *
+ * Key blocks stream through STAGES shared-memory stages (cp.async). The
+ * cache rows are addressed one by one, through the block table when paged
+ * (no gather copy): the rows of a block are computed one iteration before
+ * its load starts, a thread per row, into a ring of offsets in shared
+ * memory, so the load itself is plain 16-byte copies:
+ *
+ *   wait for block n; barrier
+ *   start loading block n + STAGES - 1 (its offsets are ready)
+ *   offsets of block n + STAGES         (block-table reads)
+ *   S = Q K^T on this warp's keys, logit rule and mask
+ *   online softmax, P rounded, O += P V
+ *
+ * The warps of a row block (WARPS_N) hold partial softmax states over
+ * different keys; the epilogue merges them through shared memory and
+ * writes out and LSE, or (num_splits > 1) float32 partials for the combine
+ * kernel (kvcache_combine.cu). */
+#ifndef FLASHC_CUDA_KVCACHE_KERNEL_CUH
+#define FLASHC_CUDA_KVCACHE_KERNEL_CUH
+
+#include <math.h>
+
+#include "../core/semantics.h"
+#include "fwd_kernel.cuh"
+#include "fwd_softmax.cuh"
+#include "kvcache_config.h"
+#include "kvcache_params.h"
+#include "kvcache_seq.cuh"
+#include "ptx.cuh"
+
+/* What a thread knows of its two fragment rows (g and g + 8 of its warp's
+ * 16): the query row, the visible keys [lo, hi), the ALiBi slope. */
+struct flashc_kvc_rows {
+    int row[2];
+    int lo[2], hi[2];
+    float alibi_log2[2];
+};
+
+/* Raw dot products of this warp's S tile -> logits in the log2 domain,
+ * hidden keys -> -inf. col0: the key of this thread's column 0. */
+template <int COL_ATOMS>
+static __device__ __forceinline__ void flashc_kvc_scores(float (&acc)[1][COL_ATOMS][4], const flashc_kvc_params &p,
+                                                         const flashc_kvc_rows &rows, int col0, int shift) {
+#pragma unroll
+    for (int j = 0; j < COL_ATOMS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int h = e / 2, col = col0 + 8 * j + e % 2;
+            float x = acc[0][j][e];
+            x = p.softcap_inv_scale != 0.0f ? p.softcap_log2 * tanhf(x * p.softcap_inv_scale) : x * p.scale_log2;
+            if (rows.alibi_log2[h] != 0.0f) x -= rows.alibi_log2[h] * (float)abs(rows.row[h] + shift - col);
+            acc[0][j][e] = col >= rows.lo[h] && col < rows.hi[h] ? x : -INFINITY;
+        }
+}
+
+template <typename T, int HEAD_DIM, int WARPS_N>
+__global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const flashc_kvc_params p) {
+    typedef flashc_kvc_config<HEAD_DIM, WARPS_N> C;
+    constexpr int THREADS = FLASHC_KVC_THREADS, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N;
+    constexpr int WARPS_M = C::WARPS_M, STAGES = C::STAGES, KEYS_PER_WARP = C::KEYS_PER_WARP;
+    constexpr int COL_ATOMS = KEYS_PER_WARP / 8, OUT_ATOMS = HEAD_DIM / 8;
+    constexpr int SD = C::SD, CHUNKS = HEAD_DIM / 8, ROW_STEP = THREADS / CHUNKS;
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *sQ = reinterpret_cast<T *>(smem);
+    int64_t *sOffsets = reinterpret_cast<int64_t *>(smem + C::Q_BYTES); /* [ring][k, v][BLOCK_N] */
+    T *sStages = reinterpret_cast<T *>(smem + C::Q_BYTES + C::OFFSET_BYTES); /* [stage][K, V][BLOCK_N][SD] */
+
+    /* The flat grid: row block fastest, then split, KV head, sequence. */
+    const int rows_per_head = p.seqlen_q * p.group;
+    const int m_blocks = (rows_per_head + BLOCK_M - 1) / BLOCK_M;
+    int cta = blockIdx.x;
+    const int m_block = cta % m_blocks;
+    cta /= m_blocks;
+    const int split = cta % p.num_splits;
+    cta /= p.num_splits;
+    const int head_k = cta % p.nheads_k, b = cta / p.nheads_k;
+
+    const flashc_kvc_seq seq = flashc_kvc_sequence(p, b);
+    const int m0 = m_block * BLOCK_M;
+    const int seq_rows = seq.sq * p.group;
+    if (m0 >= seq_rows) return; /* varlen: past this sequence's rows */
+    const int rows = min(BLOCK_M, seq_rows - m0);
+    const int shift = seq.sk - seq.sq;
+
+    /* This split's key blocks among those any row of the block sees. */
+    int n_begin = 0, n_end = 0;
+    if (seq.valid) {
+        int64_t lo, hi, unused;
+        flashc_visible_cols(m0 / p.group, seq.sq, seq.sk, p.window_left, p.window_right, &lo, &unused);
+        flashc_visible_cols((m0 + rows - 1) / p.group, seq.sq, seq.sk, p.window_left, p.window_right, &unused, &hi);
+        if (hi > lo) {
+            const int first = (int)(lo / BLOCK_N), last = (int)((hi + BLOCK_N - 1) / BLOCK_N);
+            const int per_split = (last - first + p.num_splits - 1) / p.num_splits;
+            n_begin = min(first + split * per_split, last);
+            n_end = min(n_begin + per_split, last);
+        }
+    }
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
+    flashc_kvc_rows frag_rows;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int tr = warp_m * 16 + lane / 4 + 8 * h;
+        const int m = m0 + tr;
+        frag_rows.row[h] = m / p.group;
+        int64_t lo = 0, hi = 0;
+        if (tr < rows)
+            flashc_visible_cols(frag_rows.row[h], seq.sq, seq.sk, p.window_left, p.window_right, &lo, &hi);
+        frag_rows.lo[h] = (int)lo;
+        frag_rows.hi[h] = (int)hi;
+        const int head = head_k * p.group + m % p.group;
+        frag_rows.alibi_log2[h] =
+            p.alibi_slopes && tr < rows
+                ? p.alibi_slopes[b * p.alibi_batch_stride + head * p.alibi_head_stride] * (float)FLASHC_LOG2E
+                : 0.0f;
+    }
+
+    const T *k_base = reinterpret_cast<const T *>(p.k) + head_k * p.k_head_stride;
+    const T *v_base = reinterpret_cast<const T *>(p.v) + head_k * p.v_head_stride;
+
+    /* Offsets of block n's cache rows into ring n % 2, one thread per row
+     * (-1: past the keys, or a block-table entry naming no block). */
+    auto compute_offsets = [&](int n_block) {
+        const int i = threadIdx.x;
+        if (i >= BLOCK_N) return;
+        int64_t *ring = sOffsets + (n_block & 1) * 2 * BLOCK_N;
+        const int key = n_block * BLOCK_N + i;
+        int64_t k_off = -1, v_off = -1;
+        int block, row;
+        if (key < seq.sk && flashc_kvc_locate(p, b, seq, seq.k_start + key, &block, &row)) {
+            k_off = block * p.k_batch_stride + row * p.k_row_stride;
+            v_off = block * p.v_batch_stride + row * p.v_row_stride;
+        }
+        ring[i] = k_off;
+        ring[BLOCK_N + i] = v_off;
+    };
+    /* Start copying block n's K and V rows into stage `stage`: each thread
+     * keeps one 16-byte column chunk and steps down the rows. */
+    static_assert(THREADS % CHUNKS == 0 && BLOCK_N % ROW_STEP == 0 && BLOCK_M % ROW_STEP == 0,
+                  "the copies cover whole tiles with every thread");
+    const int chunk = threadIdx.x % CHUNKS, chunk_row0 = threadIdx.x / CHUNKS;
+    auto start_load = [&](int n_block, int stage) {
+        const int64_t *ring = sOffsets + (n_block & 1) * 2 * BLOCK_N;
+        T *sK = sStages + stage * 2 * BLOCK_N * SD, *sV = sK + BLOCK_N * SD;
+        const bool k_col = chunk * 8 < p.head_dim, v_col = chunk * 8 < p.head_dim_v;
+#pragma unroll
+        for (int step = 0; step < BLOCK_N / ROW_STEP; ++step) {
+            const int r = chunk_row0 + step * ROW_STEP;
+            const int64_t k_off = ring[r], v_off = ring[BLOCK_N + r];
+            const bool k_ok = k_col && k_off >= 0, v_ok = v_col && v_off >= 0;
+            flashc_cp_async16(flashc_smem_addr(sK + r * SD + chunk * 8), k_ok ? k_base + k_off + chunk * 8 : k_base,
+                              k_ok);
+            flashc_cp_async16(flashc_smem_addr(sV + r * SD + chunk * 8), v_ok ? v_base + v_off + chunk * 8 : v_base,
+                              v_ok);
+        }
+    };
+
+    float acc_o[1][OUT_ATOMS][4];
+#pragma unroll
+    for (int d = 0; d < OUT_ATOMS; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[0][d][e] = 0.0f;
+    flashc_softmax_state<1> st;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        st.row_max[r] = -INFINITY;
+        st.row_sum[r] = 0.0f;
+    }
+
+    if (n_begin < n_end) {
+        /* Q rows of the tile (rows past the block's zero-filled). */
+        {
+            const T *q = reinterpret_cast<const T *>(p.q) + b * p.q_batch_stride;
+            const bool col_ok = chunk * 8 < p.head_dim;
+            for (int tr = chunk_row0; tr < BLOCK_M; tr += ROW_STEP) {
+                const int m = m0 + tr;
+                const bool ok = col_ok && tr < rows;
+                const T *src = q + (seq.q_start + m / p.group) * p.q_row_stride +
+                               (head_k * p.group + m % p.group) * p.q_head_stride + chunk * 8;
+                flashc_cp_async16(flashc_smem_addr(sQ + tr * SD + chunk * 8), ok ? src : q, ok);
+            }
+        }
+        /* Prologue: blocks n_begin .. n_begin + STAGES - 2 loading (Q in
+         * the first group), the offsets of the next one ready. */
+        compute_offsets(n_begin);
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            __syncthreads();
+            if (n_begin + s < n_end) start_load(n_begin + s, s);
+            flashc_cp_async_commit();
+            if (n_begin + s + 1 < n_end) compute_offsets(n_begin + s + 1);
+        }
+
+        flashc_fwd_lane_addrs addr;
+        addr.q = flashc_smem_addr(sQ + (warp_m * 16 + lane % 16) * SD + (lane / 16) * 8);
+        const uint32_t k_lane = (uint32_t)(((warp_n * KEYS_PER_WARP + (lane % 8) + (lane / 16) * 8) * SD +
+                                            ((lane / 8) % 2) * 8) * sizeof(T));
+        const uint32_t v_lane = (uint32_t)(((warp_n * KEYS_PER_WARP + (lane % 8) + ((lane / 8) % 2) * 8) * SD +
+                                            (lane / 16) * 8) * sizeof(T));
+        const uint32_t stages_addr = flashc_smem_addr(sStages);
+        constexpr uint32_t STAGE_BYTES = C::STAGE_BYTES, V_BYTES = BLOCK_N * SD * sizeof(T);
+
+        for (int n_block = n_begin; n_block < n_end; ++n_block) {
+            const int i = n_block - n_begin;
+            flashc_cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            /* Block n + STAGES - 1 into the stage block n - 1 used (every
+             * warp is past it), then the offsets of the block after. */
+            if (n_block + STAGES - 1 < n_end) start_load(n_block + STAGES - 1, (i + STAGES - 1) % STAGES);
+            flashc_cp_async_commit();
+            if (n_block + STAGES < n_end) compute_offsets(n_block + STAGES);
+
+            const uint32_t stage = stages_addr + (uint32_t)(i % STAGES) * STAGE_BYTES;
+            addr.k = stage + k_lane;
+            addr.v = stage + V_BYTES + v_lane;
+            float acc_s[1][COL_ATOMS][4];
+            flashc_gemm_qk<T, HEAD_DIM, KEYS_PER_WARP, 1>(acc_s, addr);
+            flashc_kvc_scores(acc_s, p, frag_rows, n_block * BLOCK_N + warp_n * KEYS_PER_WARP + 2 * (lane % 4),
+                              shift);
+            flashc_softmax_update(st, acc_s, acc_o, 1.0f);
+            uint32_t p_frag[1][COL_ATOMS / 2][4];
+            flashc_pack_p<T>(p_frag, acc_s);
+            flashc_gemm_pv<T, HEAD_DIM, KEYS_PER_WARP, 1>(acc_o, p_frag, addr.v);
+        }
+        flashc_cp_async_wait<0>();
+        __syncthreads(); /* the stages become the epilogue's buffers */
+    }
+
+    /* Epilogue: each warp's rows (max, sum, O over its keys) into shared
+     * memory, then every thread merges whole 4-column chunks of rows. */
+    float *sO = reinterpret_cast<float *>(sStages);       /* [WARPS_N][BLOCK_M][LDO] */
+    float *sMax = sO + WARPS_N * BLOCK_M * C::LDO;        /* [WARPS_N][BLOCK_M] */
+    float *sSum = sMax + WARPS_N * BLOCK_M;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int tr = warp_m * 16 + lane / 4 + 8 * h, slot = warp_n * BLOCK_M + tr;
+        const float sum = flashc_quad_sum(st.row_sum[h]);
+        if (lane % 4 == 0) {
+            sMax[slot] = st.row_max[h];
+            sSum[slot] = sum;
+        }
+#pragma unroll
+        for (int d = 0; d < OUT_ATOMS; ++d)
+            *reinterpret_cast<float2 *>(sO + slot * C::LDO + 8 * d + 2 * (lane % 4)) =
+                make_float2(acc_o[0][d][2 * h], acc_o[0][d][2 * h + 1]);
+    }
+    __syncthreads();
+
+    constexpr int CHUNKS4 = HEAD_DIM / 4;
+    for (int idx = threadIdx.x; idx < BLOCK_M * CHUNKS4; idx += THREADS) {
+        const int tr = idx / CHUNKS4, c = 4 * (idx % CHUNKS4);
+        if (tr >= rows || c >= p.head_dim_v) continue;
+        float row_max = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS_N; ++w) row_max = fmaxf(row_max, sMax[w * BLOCK_M + tr]);
+        float sum = 0.0f;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int w = 0; w < WARPS_N; ++w) {
+            const float m_w = sMax[w * BLOCK_M + tr];
+            const float weight = m_w == -INFINITY ? 0.0f : flashc_exp2(m_w - row_max);
+            const float4 ow = *reinterpret_cast<const float4 *>(sO + (w * BLOCK_M + tr) * C::LDO + c);
+            sum += weight * sSum[w * BLOCK_M + tr];
+            o.x += weight * ow.x, o.y += weight * ow.y, o.z += weight * ow.z, o.w += weight * ow.w;
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        o.x *= inv, o.y *= inv, o.z *= inv, o.w *= inv;
+        const int m = m0 + tr, r = m / p.group, head = head_k * p.group + m % p.group;
+        const float lse2 = row_max + log2f(sum); /* log2 domain; only where sum > 0 */
+        if (p.num_splits == 1) {
+            T *out = reinterpret_cast<T *>(p.out) + b * p.o_batch_stride + (seq.q_start + r) * p.o_row_stride +
+                     head * p.o_head_stride + c;
+            *reinterpret_cast<uint2 *>(out) = make_uint2(flashc_pack2<T>(o.x, o.y), flashc_pack2<T>(o.z, o.w));
+            if (c == 0 && p.lse)
+                p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + (seq.q_start + r) * p.lse_row_stride] =
+                    sum > 0.0f ? lse2 * (float)FLASHC_LN2 : INFINITY;
+        } else {
+            const int64_t row = (int64_t)split * p.partial_rows + ((int64_t)b * p.seqlen_q + r) * p.nheads + head;
+            *reinterpret_cast<float4 *>(p.o_partial + row * p.head_dim_v + c) = o;
+            if (c == 0) p.lse_partial[row] = sum > 0.0f ? lse2 : -INFINITY;
+        }
+    }
+}
+
+#endif
