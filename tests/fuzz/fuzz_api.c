@@ -2,7 +2,9 @@
  *
  * The input bytes are decoded into one call of one entry point: forward,
  * backward (with a caller's workspace, or in one call with its allocator
- * or the library's), the workspace-size query, or the small helpers (options
+ * or the library's), the workspace-size query, the KV-cache call (with
+ * its workspace query; contiguous or paged cache, appends, rotary, index
+ * tensors whose contents go out of range), or the small helpers (options
  * default, tensor_contiguous, status_string, dtype_size, version). For the
  * attention calls a small, consistent problem is built first (batched or
  * varlen, any dtype, optional LSE / S_dmask / dLSE / ALiBi / seqused_k,
@@ -88,10 +90,20 @@ static double rd_interesting_double(reader *r) {
 
 /* ---- tensors -------------------------------------------------------------- */
 
+/* The KV-cache call uses q, k (k_cache), v (v_cache), out, lse, alibi and
+ * the S_KNEW.. slots. */
 enum slot {
     S_Q, S_K, S_V, S_OUT, S_LSE, S_SDMASK, S_DOUT, S_DLSE, S_DQ, S_DK, S_DV,
-    S_ALIBI, S_CU_Q, S_CU_K, S_SEQUSED, S_COUNT
+    S_ALIBI, S_CU_Q, S_CU_K, S_SEQUSED,
+    S_KNEW, S_VNEW, S_CACHE_SEQLENS, S_BATCH_IDX, S_LEFTPAD, S_BLOCK_TABLE, S_COS, S_SIN,
+    S_COUNT
 };
+
+/* Slots whose int32 contents the validator reads. */
+static int slot_is_index(int s) {
+    return s == S_CU_Q || s == S_CU_K || s == S_SEQUSED || s == S_ALIBI || s == S_CACHE_SEQLENS ||
+           s == S_BATCH_IDX || s == S_LEFTPAD || s == S_BLOCK_TABLE;
+}
 
 static const int slot_is_output[S_COUNT] = {
     [S_OUT] = 1, [S_LSE] = 1, [S_SDMASK] = 1, [S_DQ] = 1, [S_DK] = 1, [S_DV] = 1,
@@ -109,6 +121,9 @@ typedef struct fuzz_tensor {
 typedef struct fuzz_case {
     fuzz_tensor ts[S_COUNT];
     int32_t cu_q[8], cu_k[8], seqused[8];
+    /* KV cache: index contents, and whether the caches are written. */
+    int32_t cache_seqlens[8], batch_idx[8], leftpad[8], block_table[32];
+    int cache_is_output;
     int varlen;
     int64_t max_seqlen_q, max_seqlen_k;
     flashc_attention_options opt;
@@ -185,6 +200,22 @@ static void fill_int32(fuzz_tensor *ft, const int32_t *values, int count) {
     }
 }
 
+/* Write a row-major (rows, cols) int32 table into a 2-d tensor's buffer
+ * through its descriptor (cols = the descriptor's second extent). */
+static void fill_int32_2d(fuzz_tensor *ft, const int32_t *values, int count) {
+    if (ft->t.dtype != FLASHC_DTYPE_INT32 || ft->t.rank != 2 || !ft->buffer) return;
+    int64_t rows = ft->t.shape[0], cols = ft->t.shape[1];
+    int64_t s0 = ft->t.stride[0], s1 = ft->t.stride[1];
+    if (s0 < 0 || s1 < 0 || s0 > (int64_t)BUDGET_BYTES || s1 > (int64_t)BUDGET_BYTES) return;
+    if (rows <= 0 || cols <= 0) return;
+    for (int k = 0; k < count; ++k) {
+        int64_t i = k / cols, j = k % cols;
+        if (i >= rows) break;
+        uint64_t off = ((uint64_t)i * (uint64_t)s0 + (uint64_t)j * (uint64_t)s1) * 4;
+        if (off + 4 <= ft->bytes) memcpy((char *)ft->buffer + off, &values[k], 4);
+    }
+}
+
 /* Allocate every used tensor's buffer from its final descriptor. */
 static void materialize(fuzz_case *c, reader *r) {
     uint32_t lcg = rd_u32(r);
@@ -197,7 +228,7 @@ static void materialize(fuzz_case *c, reader *r) {
         if (k == EXTENT_OK && c->budget_used + bytes > BUDGET_BYTES) k = EXTENT_HUGE;
         if (k == EXTENT_HUGE) {
             c->oversized = 1;
-            if (s == S_CU_Q || s == S_CU_K || s == S_SEQUSED || s == S_ALIBI) c->int_data_unsafe = 1;
+            if (slot_is_index(s)) c->int_data_unsafe = 1;
             bytes = 16;
         } else if (k == EXTENT_INVALID) {
             bytes = 16;
@@ -211,7 +242,12 @@ static void materialize(fuzz_case *c, reader *r) {
         if (s == S_CU_Q) fill_int32(ft, c->cu_q, 8);
         if (s == S_CU_K) fill_int32(ft, c->cu_k, 8);
         if (s == S_SEQUSED) fill_int32(ft, c->seqused, 8);
-        if (slot_is_output[s] && bytes) {
+        if (s == S_CACHE_SEQLENS) fill_int32(ft, c->cache_seqlens, 8);
+        if (s == S_BATCH_IDX) fill_int32(ft, c->batch_idx, 8);
+        if (s == S_LEFTPAD) fill_int32(ft, c->leftpad, 8);
+        if (s == S_BLOCK_TABLE) fill_int32_2d(ft, c->block_table, 32);
+        int written = slot_is_output[s] || (c->cache_is_output && (s == S_K || s == S_V));
+        if (written && bytes) {
             ft->snapshot = malloc(bytes);
             if (!ft->snapshot) abort();
             memcpy(ft->snapshot, ft->buffer, bytes);
@@ -397,8 +433,13 @@ static void mutate_option(fuzz_case *c, reader *r) {
 }
 
 static void mutate_seqlens(fuzz_case *c, reader *r) {
-    int32_t *v = rd_below(r, 3) == 0 ? c->cu_q : (rd_below(r, 2) ? c->cu_k : c->seqused);
-    v[rd_below(r, 8)] = (int32_t)rd_interesting_i64(r);
+    int which = rd_below(r, 7);
+    if (which == 6) {
+        c->block_table[rd_below(r, 32)] = (int32_t)rd_interesting_i64(r);
+        return;
+    }
+    int32_t *arrays[6] = {c->cu_q, c->cu_k, c->seqused, c->cache_seqlens, c->batch_idx, c->leftpad};
+    arrays[which][rd_below(r, 8)] = (int32_t)rd_interesting_i64(r);
 }
 
 static void mutate(fuzz_case *c, reader *r) {
@@ -421,12 +462,12 @@ static void fail(const char *what, flashc_status st) {
 
 /* FLASHC_FUZZ_STATS=1: print how often each status came back, to see
  * that the inputs reach the kernels and not only the validator. */
-static long status_counts[3][FLASHC_ERROR_BACKEND + 1];
+static long status_counts[4][FLASHC_ERROR_BACKEND + 1];
 static int stats_registered;
 
 static void print_stats(void) {
-    static const char *names[3] = {"forward", "backward", "workspace_size"};
-    for (int e = 0; e < 3; ++e) {
+    static const char *names[4] = {"forward", "backward", "workspace_size", "kvcache"};
+    for (int e = 0; e < 4; ++e) {
         fprintf(stderr, "fuzz_api stats %-14s", names[e]);
         for (int st = 0; st <= FLASHC_ERROR_BACKEND; ++st) fprintf(stderr, " %ld", status_counts[e][st]);
         fprintf(stderr, "   (counts by status 0..%d)\n", FLASHC_ERROR_BACKEND);
@@ -461,7 +502,9 @@ static void check_result(fuzz_case *c, flashc_status st) {
  * reproducer). */
 static void describe(const char *entry, fuzz_case *c) {
     static const char *names[S_COUNT] = {"q", "k", "v", "out", "lse", "s_dmask", "dout", "dlse", "dq",
-                                         "dk", "dv", "alibi", "cu_seqlens_q", "cu_seqlens_k", "seqused_k"};
+                                         "dk", "dv", "alibi", "cu_seqlens_q", "cu_seqlens_k", "seqused_k",
+                                         "k_new", "v_new", "cache_seqlens", "cache_batch_idx",
+                                         "cache_leftpad", "block_table", "rotary_cos", "rotary_sin"};
     if (!getenv("FLASHC_FUZZ_VERBOSE")) return;
     fprintf(stderr, "%s: varlen %d max_seqlen_q %lld max_seqlen_k %lld oversized %d\n", entry, c->varlen,
             (long long)c->max_seqlen_q, (long long)c->max_seqlen_k, c->oversized);
@@ -612,6 +655,119 @@ static void fuzz_backward(reader *r, int query_only) {
     release(&c);
 }
 
+/* A small, consistent KV-cache call: contiguous or paged cache, index
+ * contents in range (mutations move them out). */
+static void build_kvcache(fuzz_case *c, reader *r) {
+    memset(c, 0, sizeof *c);
+    uint8_t flags = rd_u8(r);
+    int paged = flags & 1;
+    int64_t b = 1 + rd_u8(r) % 3, sq = 1 + rd_u8(r) % 4;
+    int64_t h = 1 + (1 + rd_u8(r)) % 4, hk = 1 + rd_below(r, (int)h);
+    int64_t d = 1 + (7 + rd_u8(r)) % 16, dv = rd_u8(r) < 128 ? d : 1 + rd_u8(r) % 16;
+    flashc_dtype dt = (flashc_dtype)rd_below(r, 4);
+    int64_t s_new = (flags >> 1) & 1 ? rd_u8(r) % 4 : 0;
+    int64_t bs = 1 + rd_u8(r) % 8, per_seq = 1 + rd_u8(r) % 4;
+    int64_t capacity = paged ? bs * per_seq : (3 + rd_u8(r)) % 13;
+    int64_t outer = paged ? b * per_seq + rd_below(r, 3) : b + rd_below(r, 2);
+    for (int64_t i = 0; i < b; ++i) {
+        int64_t room = capacity - s_new;
+        c->cache_seqlens[i] = room > 0 ? rd_below(r, (int)room + 1) : 0;
+        c->leftpad[i] = rd_below(r, c->cache_seqlens[i] + 1);
+        c->batch_idx[i] = rd_below(r, (int)outer);
+    }
+    for (int i = 0; i < 32; ++i) c->block_table[i] = rd_below(r, (int)outer);
+    int64_t rows = paged ? bs : capacity;
+    int64_t qs[4] = {b, sq, h, d}, ks[4] = {outer, rows, hk, d}, vs[4] = {outer, rows, hk, dv},
+            kn[4] = {b, s_new, hk, d}, vn[4] = {b, s_new, hk, dv}, os[4] = {b, sq, h, dv},
+            ls[3] = {b, h, sq}, bv[1] = {b}, bt[2] = {b, per_seq};
+    set_contiguous(&c->ts[S_Q], dt, 4, qs);
+    set_contiguous(&c->ts[S_K], dt, 4, ks);
+    set_contiguous(&c->ts[S_V], dt, 4, vs);
+    set_contiguous(&c->ts[S_OUT], dt, 4, os);
+    set_contiguous(&c->ts[S_LSE], dt == FLASHC_DTYPE_FLOAT64 ? FLASHC_DTYPE_FLOAT64 : FLASHC_DTYPE_FLOAT32, 3, ls);
+    c->ts[S_LSE].used = (flags >> 2) & 1;
+    set_contiguous(&c->ts[S_CACHE_SEQLENS], FLASHC_DTYPE_INT32, 1, bv);
+    c->ts[S_CACHE_SEQLENS].used = s_new > 0 || ((flags >> 3) & 1);
+    if ((flags >> 1) & 1) {
+        set_contiguous(&c->ts[S_KNEW], dt, 4, kn);
+        set_contiguous(&c->ts[S_VNEW], dt, 4, vn);
+        c->cache_is_output = 1;
+    }
+    if ((flags >> 4) & 1) set_contiguous(&c->ts[S_LEFTPAD], FLASHC_DTYPE_INT32, 1, bv);
+    if (paged) set_contiguous(&c->ts[S_BLOCK_TABLE], FLASHC_DTYPE_INT32, 2, bt);
+    else if ((flags >> 5) & 1) set_contiguous(&c->ts[S_BATCH_IDX], FLASHC_DTYPE_INT32, 1, bv);
+    if (((flags >> 6) & 1) && (flags >> 1) & 1 && d >= 2) {
+        int64_t cs[2] = {capacity + sq, 1 + rd_below(r, (int)(d / 2))};
+        set_contiguous(&c->ts[S_COS], dt, 2, cs);
+        set_contiguous(&c->ts[S_SIN], dt, 2, cs);
+    }
+    if (flags >> 7) {
+        int64_t as1[1] = {h};
+        set_contiguous(&c->ts[S_ALIBI], FLASHC_DTYPE_FLOAT32, 1, as1);
+    }
+    c->opt = flashc_attention_options_default();
+    uint8_t o = rd_u8(r);
+    c->opt.causal = o & 1;
+    if (o & 2) {
+        c->opt.window_left = rd_below(r, 12) - 1;
+        c->opt.window_right = rd_below(r, 12) - 1;
+    }
+    if (o & 4) c->opt.softcap = rd_below(r, 50) / 2.0;
+    if (o & 8) c->opt.softmax_scale = rd_below(r, 64) / 16.0 - 1.0;
+    c->opt.num_threads = 1 + ((o >> 4) & 1);
+}
+
+static void fuzz_kvcache(reader *r) {
+    fuzz_case c;
+    build_kvcache(&c, r);
+    mutate(&c, r);
+    materialize(&c, r);
+    describe("kvcache", &c);
+    if (c.int_data_unsafe) {
+        release(&c);
+        return;
+    }
+    flashc_kvcache_args a;
+    memset(&a, 0, sizeof a);
+    a.q = desc(&c, S_Q);
+    a.k_cache = desc_mut(&c, S_K);
+    a.v_cache = desc_mut(&c, S_V);
+    a.k_new = desc(&c, S_KNEW);
+    a.v_new = desc(&c, S_VNEW);
+    a.cache_seqlens = desc(&c, S_CACHE_SEQLENS);
+    a.cache_batch_idx = desc(&c, S_BATCH_IDX);
+    a.cache_leftpad = desc(&c, S_LEFTPAD);
+    a.block_table = desc(&c, S_BLOCK_TABLE);
+    a.rotary_cos = desc(&c, S_COS);
+    a.rotary_sin = desc(&c, S_SIN);
+    a.rotary_interleaved = rd_u8(r) & 1;
+    a.num_splits = rd_below(r, 4) - 1;
+    a.out = desc_mut(&c, S_OUT);
+    a.lse = desc_mut(&c, S_LSE);
+    a.options = c.opt;
+    a.options.alibi_slopes = desc(&c, S_ALIBI);
+    size_t need = 0;
+    flashc_status st = flashc_attention_kvcache_workspace_size(&a, &need);
+    count_status(3, st);
+    check_result(&c, st);
+    if (c.oversized) {
+        release(&c);
+        return;
+    }
+    /* The library's own workspace, the size asked for, or too little. */
+    uint8_t w = rd_u8(r);
+    size_t ws_bytes = st == FLASHC_SUCCESS && need <= BUDGET_BYTES ? need : 0;
+    if (w >= 224 && ws_bytes > 0) ws_bytes -= 1 + (size_t)rd_below(r, (int)(ws_bytes < 64 ? ws_bytes : 64));
+    void *ws = w < 128 ? NULL : malloc(ws_bytes ? ws_bytes : 1);
+    a.workspace = ws;
+    a.workspace_bytes = ws ? ws_bytes : 0;
+    flashc_status kst = flashc_attention_kvcache(&a);
+    count_status(3, kst);
+    check_result(&c, kst);
+    free(ws);
+    release(&c);
+}
+
 static void fuzz_helpers(reader *r) {
     switch (rd_below(r, 5)) {
         case 0: {
@@ -651,10 +807,11 @@ static void fuzz_helpers(reader *r) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     reader r = {data, size};
-    switch (rd_below(&r, 4)) {
+    switch (rd_below(&r, 5)) {
         case 0: fuzz_forward(&r); break;
         case 1: fuzz_backward(&r, 0); break;
         case 2: fuzz_backward(&r, 1); break;
+        case 4: fuzz_kvcache(&r); break;
         default: fuzz_helpers(&r); break;
     }
     return 0;
