@@ -17,6 +17,7 @@
 
 #include "../core/semantics.h"
 #include "bwd_params.h"
+#include "fwd_dropout.cuh"
 #include "fwd_mask.cuh"
 #include "ptx.cuh"
 
@@ -34,7 +35,19 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
     const bool softcap = p.softcap_inv_scale != 0.0f;
     const bool dropout = p.dropout_threshold != 0u;
 #pragma unroll
-    for (int i = 0; i < ROW_ATOMS; ++i)
+    for (int i = 0; i < ROW_ATOMS; ++i) {
+        /* The keep bits of both rows of each atom (one Philox call per
+         * four elements, fwd_dropout.cuh); all kept without dropout. */
+        bool keep4[COL_ATOMS][4];
+#pragma unroll
+        for (int j = 0; j < COL_ATOMS; ++j) {
+            if (dropout) {
+                flashc_dropout_keep4(p, batch, head, pos.row0 + 16 * i, pos.col0 + 8 * j, keep4[j]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) keep4[j][e] = true;
+            }
+        }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int r = 2 * i + half;
@@ -45,14 +58,7 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
 #pragma unroll
             for (int j = 0; j < COL_ATOMS; ++j) {
                 const int col = pos.col0 + 8 * j;
-                bool keep[2] = {true, true};
-                if (dropout) {
-                    const flashc_philox_u32x4 w = flashc_dropout_words(p.dropout_seed, p.dropout_offset, batch,
-                                                                       p.nheads, head, row, col);
-                    const bool upper = (col & 2) != 0; /* columns 2,3 of the group of 4 */
-                    keep[0] = (upper ? w.z : w.x) >= p.dropout_threshold;
-                    keep[1] = (upper ? w.w : w.y) >= p.dropout_threshold;
-                }
+                const bool *keep = keep4[j] + 2 * half;
                 float pd[2], ds[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
@@ -82,6 +88,7 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
                 *reinterpret_cast<uint32_t *>(sdS + at) = flashc_pack2<T>(ds[0], ds[1]);
             }
         }
+    }
 }
 
 #endif
