@@ -4,7 +4,8 @@
  * Decode with one query row, bf16, head dim 128, GQA 32 / 8 and MHA 32 / 32,
  * batch x cache lengths (every cache full: cache_seqlens = capacity, no
  * append), contiguous and paged caches (block sizes 16, 64, 256, blocks in
- * random order), num_splits 0 (the library's choice). The K / V bytes a
+ * random order; and 64 in order, which tells what the random order costs
+ * in address translation), num_splits 0 (the library's choice). The K / V bytes a
  * call must read, over its time, are its bandwidth; the copy bandwidth is a
  * device-to-device cudaMemcpy of 4 GiB, counted as bytes read + written.
  *
@@ -79,6 +80,7 @@ static double copy_bandwidth(cudaStream_t stream) {
 
 typedef struct bench_row {
     int nheads, nheads_k, batch, cache, block_size;
+    int in_order; /* paged: block i of the table is block i of the cache */
 } bench_row;
 
 /* Runs one row; returns the per-call time in microseconds and the splits
@@ -108,10 +110,10 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
     for (int i = 0; i < b; ++i) host[i] = cap;
     CHECK_CUDA(cudaMalloc(&seqlens, sizeof(int32_t) * (size_t)b));
     CHECK_CUDA(cudaMemcpy(seqlens, host, sizeof(int32_t) * (size_t)b, cudaMemcpyHostToDevice));
-    if (bs) { /* every block once, in random order */
+    if (bs) { /* every block once, in random order unless in_order */
         for (int64_t i = 0; i < blocks; ++i) host[i] = (int32_t)i;
         uint64_t s = 88172645463325252ull;
-        for (int64_t i = blocks - 1; i > 0; --i) {
+        for (int64_t i = blocks - 1; i > 0 && !r->in_order; --i) {
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             int64_t j = (int64_t)(s % (uint64_t)(i + 1));
             int32_t t = host[i];
@@ -210,12 +212,13 @@ int main(int argc, char **argv) {
     printf("| heads | layout | batch | cache | tokens | splits | us / call | GB/s | / copy |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     static const int batches[] = {1, 4, 16, 64, 256}, caches[] = {1024, 4096, 16384, 32768, 131072};
-    static const int layouts[] = {0, 16, 64, 256}, kv_heads[] = {8, 32};
+    static const int layouts[] = {0, 16, 64, 256, -64}, kv_heads[] = {8, 32}; /* -64: in order */
     for (int hi = 0; hi < 2; ++hi)
         for (int bi = 0; bi < 5; ++bi)
             for (int ci = 0; ci < 5; ++ci)
-                for (int li = 0; li < 4; ++li) {
-                    bench_row r = {32, kv_heads[hi], batches[bi], caches[ci], layouts[li]};
+                for (int li = 0; li < 5; ++li) {
+                    const int bs = layouts[li] < 0 ? -layouts[li] : layouts[li];
+                    bench_row r = {32, kv_heads[hi], batches[bi], caches[ci], bs, layouts[li] < 0};
                     const double bytes = 4.0 * r.batch * (double)r.cache * r.nheads_k * 128;
                     if (bytes > max_gib * (1u << 30)) continue;
                     if (quick && !(r.batch == 1 || r.batch * (double)r.cache >= 262144)) continue;
@@ -223,8 +226,10 @@ int main(int argc, char **argv) {
                     int splits = 1;
                     const double us = run_row(&r, stream, &splits);
                     const double gbs = bytes / (us * 1e-6) / 1e9;
-                    char layout[16];
-                    snprintf(layout, sizeof layout, r.block_size ? "paged %d" : "contiguous", r.block_size);
+                    char layout[32];
+                    snprintf(layout, sizeof layout, r.block_size ? (r.in_order ? "paged %d in order" : "paged %d")
+                                                                 : "contiguous",
+                             r.block_size);
                     printf("| %d/%d | %s | %d | %d | %lld | %d | %.1f | %.0f | %.3f |\n", r.nheads, r.nheads_k,
                            layout, r.batch, r.cache, (long long)r.batch * r.cache, splits, us, gbs, gbs / copy);
                     fflush(stdout);

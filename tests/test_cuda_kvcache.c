@@ -179,7 +179,9 @@ static void case_init(kv_case *kc, const kv_config *cfg, uint64_t seed) {
     fill_normal(&kc->q, dt, (int64_t)c->b * c->sq * c->h * c->d, &rng);
     int64_t cache_rows;
     if (c->block_size) {
-        kc->max_blocks = (c->capacity + c->block_size - 1) / c->block_size;
+        /* the capacity is whole blocks (the rotary tables must cover it) */
+        kc->cfg.capacity = (c->capacity + c->block_size - 1) / c->block_size * c->block_size;
+        kc->max_blocks = c->capacity / c->block_size;
         kc->num_blocks = c->b * kc->max_blocks + 3; /* 3 blocks nobody uses */
         cache_rows = (int64_t)kc->num_blocks * c->block_size;
         buf_init(&kc->block_table, (size_t)c->b * kc->max_blocks * 4);

@@ -13,9 +13,9 @@
  * its load starts, a thread per row, into a ring of offsets in shared
  * memory, so the load itself is plain 16-byte copies:
  *
- *   wait for block n; barrier
- *   start loading block n + STAGES - 1 (its offsets are ready)
- *   offsets of block n + STAGES         (block-table reads)
+ *   wait for step i's block; barrier
+ *   start loading step i + STAGES - 1's (its offsets are ready)
+ *   offsets of step i + STAGES's         (block-table reads)
  *   S = Q K^T on this warp's keys, logit rule and mask
  *   online softmax, P rounded, O += P V
  *
@@ -128,13 +128,23 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
     const T *k_base = reinterpret_cast<const T *>(p.k) + head_k * p.k_head_stride;
     const T *v_base = reinterpret_cast<const T *>(p.v) + head_k * p.v_head_stride;
 
-    /* Offsets of block n's cache rows into ring n % 2, one thread per row
-     * (-1: past the keys, or a block-table entry naming no block). */
-    auto compute_offsets = [&](int n_block) {
+    /* The CTA visits its key blocks starting at a rotation that differs
+     * between sequences and splits, so the CTAs running at once do not
+     * walk caches whose strides are large powers of two in step (they
+     * would meet on the same memory channels). The sum does not depend on
+     * the order beyond rounding; each CTA's order is fixed. */
+    const int steps = n_end - n_begin;
+    const int rotation = steps > 0 ? (int)(((uint32_t)b * 2654435761u + (uint32_t)split * 40503u) % (uint32_t)steps) : 0;
+    auto block_of = [&](int step) { return n_begin + (step + rotation) % steps; };
+
+    /* Offsets of the cache rows of step `step`'s block into ring step % 2,
+     * one thread per row (-1: past the keys, or a block-table entry naming
+     * no block). */
+    auto compute_offsets = [&](int step) {
         const int i = threadIdx.x;
         if (i >= BLOCK_N) return;
-        int64_t *ring = sOffsets + (n_block & 1) * 2 * BLOCK_N;
-        const int key = n_block * BLOCK_N + i;
+        int64_t *ring = sOffsets + (step & 1) * 2 * BLOCK_N;
+        const int key = block_of(step) * BLOCK_N + i;
         int64_t k_off = -1, v_off = -1;
         int block, row;
         if (key < seq.sk && flashc_kvc_locate(p, b, seq, seq.k_start + key, &block, &row)) {
@@ -144,13 +154,13 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
         ring[i] = k_off;
         ring[BLOCK_N + i] = v_off;
     };
-    /* Start copying block n's K and V rows into stage `stage`: each thread
-     * keeps one 16-byte column chunk and steps down the rows. */
+    /* Start copying step `step`'s K and V rows into stage `stage`: each
+     * thread keeps one 16-byte column chunk and steps down the rows. */
     static_assert(THREADS % CHUNKS == 0 && BLOCK_N % ROW_STEP == 0 && BLOCK_M % ROW_STEP == 0,
                   "the copies cover whole tiles with every thread");
     const int chunk = threadIdx.x % CHUNKS, chunk_row0 = threadIdx.x / CHUNKS;
-    auto start_load = [&](int n_block, int stage) {
-        const int64_t *ring = sOffsets + (n_block & 1) * 2 * BLOCK_N;
+    auto start_load = [&](int step, int stage) {
+        const int64_t *ring = sOffsets + (step & 1) * 2 * BLOCK_N;
         T *sK = sStages + stage * 2 * BLOCK_N * SD, *sV = sK + BLOCK_N * SD;
         const bool k_col = chunk * 8 < p.head_dim, v_col = chunk * 8 < p.head_dim_v;
 #pragma unroll
@@ -177,7 +187,7 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
         st.row_sum[r] = 0.0f;
     }
 
-    if (n_begin < n_end) {
+    if (steps > 0) {
         /* Q rows of the tile (rows past the block's zero-filled). */
         {
             const T *q = reinterpret_cast<const T *>(p.q) + b * p.q_batch_stride;
@@ -190,15 +200,15 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
                 flashc_cp_async16(flashc_smem_addr(sQ + tr * SD + chunk * 8), ok ? src : q, ok);
             }
         }
-        /* Prologue: blocks n_begin .. n_begin + STAGES - 2 loading (Q in
-         * the first group), the offsets of the next one ready. */
-        compute_offsets(n_begin);
+        /* Prologue: steps 0 .. STAGES - 2 loading (Q in the first group),
+         * the offsets of the next one ready. */
+        compute_offsets(0);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             __syncthreads();
-            if (n_begin + s < n_end) start_load(n_begin + s, s);
+            if (s < steps) start_load(s, s);
             flashc_cp_async_commit();
-            if (n_begin + s + 1 < n_end) compute_offsets(n_begin + s + 1);
+            if (s + 1 < steps) compute_offsets(s + 1);
         }
 
         flashc_fwd_lane_addrs addr;
@@ -210,15 +220,15 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
         const uint32_t stages_addr = flashc_smem_addr(sStages);
         constexpr uint32_t STAGE_BYTES = C::STAGE_BYTES, V_BYTES = BLOCK_N * SD * sizeof(T);
 
-        for (int n_block = n_begin; n_block < n_end; ++n_block) {
-            const int i = n_block - n_begin;
+        for (int i = 0; i < steps; ++i) {
             flashc_cp_async_wait<STAGES - 2>();
             __syncthreads();
-            /* Block n + STAGES - 1 into the stage block n - 1 used (every
-             * warp is past it), then the offsets of the block after. */
-            if (n_block + STAGES - 1 < n_end) start_load(n_block + STAGES - 1, (i + STAGES - 1) % STAGES);
+            /* Step i + STAGES - 1 into the stage step i - 1 used (every
+             * warp is past it), then the offsets of the step after. */
+            if (i + STAGES - 1 < steps) start_load(i + STAGES - 1, (i + STAGES - 1) % STAGES);
             flashc_cp_async_commit();
-            if (n_block + STAGES < n_end) compute_offsets(n_block + STAGES);
+            if (i + STAGES < steps) compute_offsets(i + STAGES);
+            const int n_block = block_of(i);
 
             const uint32_t stage = stages_addr + (uint32_t)(i % STAGES) * STAGE_BYTES;
             addr.k = stage + k_lane;
