@@ -126,17 +126,21 @@ def softmax_scale(scale):
         )
 
 
-def int32_vector(t, name, length=None):
+def _int32_tensor(t, name, rank):
     if not isinstance(t, torch.Tensor):
         raise FlashcTypeError(
             _cabi.ERROR_ARGUMENT, f"{name}: expected a torch.Tensor, got {type(t).__name__}"
         )
     if t.dtype != torch.int32:
         raise FlashcTypeError(_cabi.ERROR_DTYPE, f"{name}: dtype must be torch.int32, got {t.dtype}")
-    if t.dim() != 1:
+    if t.dim() != rank:
         raise FlashcValueError(
-            _cabi.ERROR_RANK, f"{name}: expected a 1-D tensor, got shape {tuple(t.shape)}"
+            _cabi.ERROR_RANK, f"{name}: expected a {rank}-D tensor, got shape {tuple(t.shape)}"
         )
+
+
+def int32_vector(t, name, length=None):
+    _int32_tensor(t, name, 1)
     if length is not None and t.shape[0] != length:
         raise FlashcValueError(
             _cabi.ERROR_CU_SEQLENS, f"{name}: expected {length} entries, got {t.shape[0]}"
@@ -144,16 +148,7 @@ def int32_vector(t, name, length=None):
 
 
 def int32_matrix(t, name):
-    if not isinstance(t, torch.Tensor):
-        raise FlashcTypeError(
-            _cabi.ERROR_ARGUMENT, f"{name}: expected a torch.Tensor, got {type(t).__name__}"
-        )
-    if t.dtype != torch.int32:
-        raise FlashcTypeError(_cabi.ERROR_DTYPE, f"{name}: dtype must be torch.int32, got {t.dtype}")
-    if t.dim() != 2:
-        raise FlashcValueError(
-            _cabi.ERROR_RANK, f"{name}: expected a 2-D tensor, got shape {tuple(t.shape)}"
-        )
+    _int32_tensor(t, name, 2)
 
 
 def cu_seqlens(cu_q, cu_k):

@@ -181,17 +181,26 @@ def backward(dout, q, k, v, out, lse, dlse, dq, dk, dv, softmax_scale, causal, w
         if status:
             _fail(status)
         return
-    device = _other_device(q)
+    _call_with_workspace(q, buffer, _WORKSPACE_AT, _library.attention_backward_workspace_size,
+                         _library.attention_backward)
+
+
+def _call_with_workspace(q, buffer, workspace_at, size_query, call):
+    """A call whose argument struct (in buffer) takes a workspace at byte
+    workspace_at: the size query, the workspace from PyTorch's allocator on
+    q's device (current stream), then the call, on q's device."""
+    args = ctypes.addressof(buffer)
+    device = _other_device(q) if q.is_cuda else None
     with device if device is not None else _NO_DEVICE_SCOPE:
         nbytes = ctypes.c_size_t(0)
-        status = _library.attention_backward_workspace_size(args, ctypes.addressof(nbytes))
+        status = size_query(args, ctypes.addressof(nbytes))
         if status:
             _fail(status)
         workspace = None
         if nbytes.value:
             workspace = q.new_empty(nbytes.value, dtype=torch.uint8)
-            _WORKSPACE.pack_into(buffer, _WORKSPACE_AT, workspace.data_ptr(), nbytes.value)
-        status = _library.attention_backward(args)
+            _WORKSPACE.pack_into(buffer, workspace_at, workspace.data_ptr(), nbytes.value)
+        status = call(args)
         if status:
             _fail(status)
         # Released right after the launch: the caching allocator gives the
@@ -240,18 +249,4 @@ def kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, c
            int(causal), window_left, window_right, softcap, a[13], 0.0, 0, 0, 0,
            _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
            _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM))
-    args = ctypes.addressof(buffer)
-    device = _other_device(q) if cuda else None
-    with device if device is not None else _NO_DEVICE_SCOPE:
-        nbytes = ctypes.c_size_t(0)
-        status = _kvcache_workspace_size(args, ctypes.addressof(nbytes))
-        if status:
-            _fail(status)
-        workspace = None
-        if nbytes.value:
-            workspace = q.new_empty(nbytes.value, dtype=torch.uint8)
-            _WORKSPACE.pack_into(buffer, _KVCACHE_WORKSPACE_AT, workspace.data_ptr(), nbytes.value)
-        status = _kvcache(args)
-        if status:
-            _fail(status)
-        del workspace
+    _call_with_workspace(q, buffer, _KVCACHE_WORKSPACE_AT, _kvcache_workspace_size, _kvcache)

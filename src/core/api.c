@@ -11,6 +11,14 @@
  * reported to callers includes the slack, so any caller pointer works. */
 #define FLASHC_WORKSPACE_ALIGN 64
 
+/* The first FLASHC_WORKSPACE_ALIGN-aligned address at or after `p`. */
+static uintptr_t align_workspace(void *p) {
+    return ((uintptr_t)p + FLASHC_WORKSPACE_ALIGN - 1) & ~(uintptr_t)(FLASHC_WORKSPACE_ALIGN - 1);
+}
+
+/* What a caller must provide for `bytes` aligned bytes (0 stays 0). */
+static size_t with_alignment_slack(size_t bytes) { return bytes ? bytes + FLASHC_WORKSPACE_ALIGN : 0; }
+
 const char *flashc_version(void) { return FLASHC_VERSION_STRING; }
 
 int flashc_cuda_available(void) {
@@ -40,7 +48,7 @@ static size_t backend_workspace_size(const flashc_problem *p) {
     else
 #endif
         bytes = flashc_cpu_backward_workspace_size(p);
-    return bytes ? bytes + FLASHC_WORKSPACE_ALIGN : 0;
+    return with_alignment_slack(bytes);
 }
 
 flashc_status flashc_attention_backward_workspace_size(const flashc_backward_args *args,
@@ -59,10 +67,9 @@ flashc_status flashc_attention_backward_workspace_size(const flashc_backward_arg
 static flashc_status run_backward(flashc_problem *p, void *workspace, size_t bytes,
                                   size_t required) {
     if (required) {
-        uintptr_t base = (uintptr_t)workspace;
-        uintptr_t aligned = (base + FLASHC_WORKSPACE_ALIGN - 1) & ~(uintptr_t)(FLASHC_WORKSPACE_ALIGN - 1);
+        uintptr_t aligned = align_workspace(workspace);
         p->workspace = (void *)aligned;
-        p->workspace_bytes = bytes - (size_t)(aligned - base);
+        p->workspace_bytes = bytes - (size_t)(aligned - (uintptr_t)workspace);
     }
 #ifdef FLASHC_HAVE_CUDA
     if (p->is_cuda) return flashc_cuda_backward(p);
@@ -126,7 +133,7 @@ static size_t kvcache_q_bytes(const flashc_kvcache_problem *kp) {
     const flashc_problem *p = &kp->attn;
     if (!kp->rotary_dim) return 0;
     size_t bytes = (size_t)(p->batch * p->seqlen_q * p->nheads * p->head_dim) * flashc_dtype_size(p->dtype);
-    return (bytes + FLASHC_WORKSPACE_ALIGN - 1) & ~(size_t)(FLASHC_WORKSPACE_ALIGN - 1);
+    return (bytes + FLASHC_WORKSPACE_ALIGN - 1) / FLASHC_WORKSPACE_ALIGN * FLASHC_WORKSPACE_ALIGN;
 }
 
 static size_t kvcache_backend_bytes(const flashc_kvcache_problem *kp) {
@@ -138,8 +145,7 @@ static size_t kvcache_backend_bytes(const flashc_kvcache_problem *kp) {
 }
 
 static size_t kvcache_workspace_size(const flashc_kvcache_problem *kp) {
-    size_t bytes = kvcache_q_bytes(kp) + kvcache_backend_bytes(kp);
-    return bytes ? bytes + FLASHC_WORKSPACE_ALIGN : 0;
+    return with_alignment_slack(kvcache_q_bytes(kp) + kvcache_backend_bytes(kp));
 }
 
 flashc_status flashc_attention_kvcache_workspace_size(const flashc_kvcache_args *args,
@@ -155,12 +161,11 @@ flashc_status flashc_attention_kvcache_workspace_size(const flashc_kvcache_args 
 
 static flashc_status run_kvcache(flashc_kvcache_problem *kp, void *workspace, size_t bytes) {
     if (workspace) {
-        uintptr_t base = (uintptr_t)workspace;
-        uintptr_t aligned = (base + FLASHC_WORKSPACE_ALIGN - 1) & ~(uintptr_t)(FLASHC_WORKSPACE_ALIGN - 1);
+        uintptr_t aligned = align_workspace(workspace);
         size_t q_bytes = kvcache_q_bytes(kp);
         kp->q_rotated = q_bytes ? (void *)aligned : NULL;
         kp->workspace = (void *)(aligned + q_bytes);
-        kp->workspace_bytes = bytes - (size_t)(aligned - base) - q_bytes;
+        kp->workspace_bytes = bytes - (size_t)(aligned - (uintptr_t)workspace) - q_bytes;
     }
 #ifdef FLASHC_HAVE_CUDA
     if (kp->attn.is_cuda) return flashc_cuda_kvcache(kp);
