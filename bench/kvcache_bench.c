@@ -15,7 +15,9 @@
  * problems are not served from the 50 MiB L2. Values are a memset pattern
  * (finite, all equal): bandwidth does not depend on them.
  *
- * Usage: kvcache_bench [--quick] [--max-gib N]   (prints a markdown table) */
+ * Usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse]
+ * (a markdown table; --reverse runs each row's layouts last to first, to
+ * tell the layouts from the order in which their memory is allocated) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,15 +188,19 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
 }
 
 int main(int argc, char **argv) {
-    int quick = 0;
-    double max_gib = 16.0;
+    int quick = 0, reverse = 0;
+    double min_gib = 0.0, max_gib = 16.0;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--max-gib") && i + 1 < argc)
             max_gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--min-gib") && i + 1 < argc)
+            min_gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--reverse"))
+            reverse = 1;
         else {
-            fprintf(stderr, "usage: kvcache_bench [--quick] [--max-gib N]\n");
+            fprintf(stderr, "usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse]\n");
             return 2;
         }
     }
@@ -216,11 +222,12 @@ int main(int argc, char **argv) {
     for (int hi = 0; hi < 2; ++hi)
         for (int bi = 0; bi < 5; ++bi)
             for (int ci = 0; ci < 5; ++ci)
-                for (int li = 0; li < 5; ++li) {
+                for (int lj = 0; lj < 5; ++lj) {
+                    const int li = reverse ? 4 - lj : lj;
                     const int bs = layouts[li] < 0 ? -layouts[li] : layouts[li];
                     bench_row r = {32, kv_heads[hi], batches[bi], caches[ci], bs, layouts[li] < 0};
                     const double bytes = 4.0 * r.batch * (double)r.cache * r.nheads_k * 128;
-                    if (bytes > max_gib * (1u << 30)) continue;
+                    if (bytes > max_gib * (1u << 30) || bytes < min_gib * (1u << 30)) continue;
                     if (quick && !(r.batch == 1 || r.batch * (double)r.cache >= 262144)) continue;
                     if (quick && r.block_size == 16 && r.batch != 1) continue;
                     int splits = 1;

@@ -54,8 +54,10 @@ __global__ void __launch_bounds__(FLASHC_KVC_APPEND_THREADS) flashc_kvc_append_k
         const int r = (int)(unit / p.nheads_k % p.new_rows);
         const int b = (int)(unit / p.nheads_k / p.new_rows);
         const flashc_kvc_seq seq = flashc_kvc_sequence(p, b);
+        if (!seq.valid) return;
         int block, row;
-        if (!seq.valid || !flashc_kvc_locate(p, b, seq, seq.append_at + r, &block, &row)) return;
+        flashc_kvc_find(p, b, seq, seq.append_at + r, &block, &row);
+        if (!flashc_kvc_block_exists(p, block)) return;
         const T *kn = reinterpret_cast<const T *>(p.k_new) + b * p.kn_batch_stride + r * p.kn_row_stride +
                       head_k * p.kn_head_stride;
         const T *vn = reinterpret_cast<const T *>(p.v_new) + b * p.vn_batch_stride + r * p.vn_row_stride +

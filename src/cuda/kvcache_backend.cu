@@ -81,13 +81,13 @@ static flashc_status check_kv_layout_supported(const flashc_problem *p) {
 
 /* ---- key splits ------------------------------------------------------------ */
 
-/* FlashAttention-2's rule, with full waves: no split when the CTAs
- * (batch x KV heads x row blocks) already fill 80 % of the CTA slots (SMs
- * x CTAs per SM), else the fewest splits whose waves are at least 99 % as
- * full as the best count's (FlashAttention-2: 85 %; this kernel is bound by
- * bandwidth, which every empty slot loses: 32 splits of 8 KV heads on 264
- * slots ran at 0.85 of the copy bandwidth, bench/NOTES.md); counts that
- * give the same key blocks per split as one fewer are skipped. The key count is the capacity (the cache lengths are on the
+/* FlashAttention-2's rule, with a fuller last wave: no split when the
+ * CTAs (batch x KV heads x row blocks) already fill 80 % of the CTA slots
+ * (SMs x CTAs per SM), else the fewest splits whose waves are at least 95 %
+ * as full as the best count's (FlashAttention-2: 85 %, which left slots
+ * empty at batch 1; 99 % chose more waves of shorter CTAs, slower: see
+ * bench/NOTES.md); counts that give the same key blocks per split as one
+ * fewer are skipped. The key count is the capacity (the cache lengths are on the
  * device): splits past a short sequence's keys find nothing and cost a
  * few empty partials. */
 static int kvc_split_heuristic(long long ctas, long long slots, long long key_blocks) {
@@ -105,7 +105,7 @@ static int kvc_split_heuristic(long long ctas, long long slots, long long key_bl
         if (efficiency[s] > best) best = efficiency[s];
     }
     for (long long s = 1; s <= max_splits; ++s)
-        if (efficiency[s] >= 0.99f * best) return (int)s;
+        if (efficiency[s] >= 0.95f * best) return (int)s;
     return 1;
 }
 

@@ -147,9 +147,12 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
         const int key = block_of(step) * BLOCK_N + i;
         int64_t k_off = -1, v_off = -1;
         int block, row;
-        if (key < seq.sk && flashc_kvc_locate(p, b, seq, seq.k_start + key, &block, &row)) {
-            k_off = block * p.k_batch_stride + row * p.k_row_stride;
-            v_off = block * p.v_batch_stride + row * p.v_row_stride;
+        if (key < seq.sk) {
+            flashc_kvc_find(p, b, seq, seq.k_start + key, &block, &row);
+            if (flashc_kvc_block_exists(p, block)) {
+                k_off = block * p.k_batch_stride + row * p.k_row_stride;
+                v_off = block * p.v_batch_stride + row * p.v_row_stride;
+            }
         }
         ring[i] = k_off;
         ring[BLOCK_N + i] = v_off;

@@ -51,18 +51,24 @@ static __device__ __forceinline__ flashc_kvc_seq flashc_kvc_sequence(const flash
     return s;
 }
 
-/* The block (paged) or cache batch, and the row in it, of cache index c
- * of sequence b; false where a block-table entry names no block. */
-static __device__ __forceinline__ bool flashc_kvc_locate(const flashc_kvc_params &p, int b, const flashc_kvc_seq &s,
-                                                         int c, int *block, int *row) {
+/* The block (paged: the block-table entry, checked by
+ * flashc_kvc_block_exists) or cache batch holding cache index c of
+ * sequence b, and the row there. */
+static __device__ __forceinline__ void flashc_kvc_find(const flashc_kvc_params &p, int b, const flashc_kvc_seq &s, int c,
+                                                       int *block, int *row) {
     if (!p.block_table) {
         *block = s.k_batch;
         *row = c;
-        return true;
+        return;
     }
     *block = p.block_table[b * p.block_table_stride + c / p.block_size];
     *row = c % p.block_size;
-    return *block >= 0 && *block < p.num_blocks;
+}
+
+/* Whether a block from flashc_kvc_find exists (a valid sequence's cache
+ * batch always does). */
+static __device__ __forceinline__ bool flashc_kvc_block_exists(const flashc_kvc_params &p, int block) {
+    return !p.block_table || (block >= 0 && block < p.num_blocks);
 }
 
 #endif
