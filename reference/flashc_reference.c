@@ -221,16 +221,13 @@ void flashc_ref_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], 
 int flashc_ref_dropout_keep(uint64_t seed, uint64_t offset, double p, int64_t b, int64_t h,
                             int64_t nheads, int64_t i, int64_t j) {
     if (p <= 0.0) return 1;
-    uint32_t counter[4] = {(uint32_t)(j >> 3), (uint32_t)i, (uint32_t)(b * nheads + h),
+    uint32_t counter[4] = {(uint32_t)(j >> 2), (uint32_t)i, (uint32_t)(b * nheads + h),
                            (uint32_t)offset};
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32) ^ (uint32_t)(offset >> 32)};
     uint32_t word[4];
     flashc_ref_philox4x32_10(counter, key, word);
-    /* column j's 16 bits: half (j & 1) of word (j & 7) / 2 */
-    uint32_t bits = (word[(j & 7) >> 1] >> (16 * (j & 1))) & 0xFFFFu;
-    double threshold = floor(p * 65536.0 + 0.5);
-    if (threshold > 65535.0) threshold = 65535.0;
-    return (double)bits >= threshold;
+    double threshold = floor(p * 4294967296.0);
+    return (double)word[j & 3] >= threshold;
 }
 
 /* ---- Attention -------------------------------------------------------- */

@@ -85,11 +85,9 @@ int flashc_ref_visible(const flashc_attention_options *options, int64_t len_q, i
 void flashc_ref_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
 
 /* Dropout keep decision for (batch b, query head h of nheads, row i, col j):
- * counter (j >> 3, i, b * nheads + h, (uint32)offset), key ((uint32)seed,
- * (uint32)(seed >> 32) ^ (uint32)(offset >> 32)); the 16 bits of column j
- * are the low (j even) or high (j odd) half of output word (j & 7) / 2;
- * kept iff bits >= min(round(p * 2^16), 2^16 - 1). p == 0 keeps
- * everything. */
+ * counter (j >> 2, i, b * nheads + h, (uint32)offset), key ((uint32)seed,
+ * (uint32)(seed >> 32) ^ (uint32)(offset >> 32)), word j & 3 of the output,
+ * kept iff word >= floor(p * 2^32). p == 0 keeps everything. */
 int flashc_ref_dropout_keep(uint64_t seed, uint64_t offset, double p, int64_t b, int64_t h,
                             int64_t nheads, int64_t i, int64_t j);
 

@@ -77,25 +77,21 @@ FLASHC_HD float flashc_alibi_bias(float slope, int64_t row, int64_t col,
 
 /* ---- dropout ------------------------------------------------------------- */
 
-/* Each entry draws a 16-bit random number and is kept iff it is >=
- * threshold, so P(keep) = 1 - threshold / 2^16: p rounded to the nearest
- * multiple of 2^-16 (at most 2^-17 off; p below 2^-17 drops nothing). Eight
- * entries share one Philox call, which keeps the generator's cost to a
- * fraction of the attention's. */
+/* Keep threshold for drop probability p in [0, 1): an entry is kept iff its
+ * 32-bit random word is >= threshold, so P(keep) = 1 - threshold / 2^32. */
 FLASHC_HD uint32_t flashc_dropout_threshold(double p) {
-    double t = floor(p * 65536.0 + 0.5);
+    double t = p * 4294967296.0;
     if (!(t > 0.0)) return 0u;
-    if (t >= 65535.0) return 65535u;
+    if (t >= 4294967295.0) return 0xFFFFFFFFu;
     return (uint32_t)t;
 }
 
-/* The four random words that decide columns 8·(col/8) .. 8·(col/8)+7 of one
- * (batch, head, row), two 16-bit numbers each. Counter = (col / 8, row,
- * batch · nheads + head, low word of offset); key = (low word of seed, high
- * word of seed XOR high word of offset). For a fixed seed the map from
- * (offset, batch, head, row, col / 8) to (counter, key) is injective.
- * `batch` is the sequence index in varlen mode, `row` and `col` are
- * positions inside the sequence. */
+/* The four random words that decide columns 4·(col/4) .. 4·(col/4)+3 of one
+ * (batch, head, row). Counter = (col / 4, row, batch · nheads + head,
+ * low word of offset); key = (low word of seed, high word of seed XOR high
+ * word of offset). For a fixed seed the map from (offset, batch, head, row,
+ * col / 4) to (counter, key) is injective. `batch` is the sequence index in
+ * varlen mode, `row` and `col` are positions inside the sequence. */
 typedef struct flashc_dropout_input {
     flashc_philox_u32x4 counter;
     uint32_t key0, key1;
@@ -108,7 +104,7 @@ FLASHC_HD flashc_dropout_input flashc_dropout_counter(uint64_t seed, uint64_t of
                                                       int64_t head, int64_t row,
                                                       int64_t col) {
     flashc_dropout_input in;
-    in.counter.x = (uint32_t)(col >> 3);
+    in.counter.x = (uint32_t)(col >> 2);
     in.counter.y = (uint32_t)row;
     in.counter.z = (uint32_t)(batch * nheads + head);
     in.counter.w = (uint32_t)offset;
@@ -126,17 +122,14 @@ FLASHC_HD flashc_philox_u32x4 flashc_dropout_words(uint64_t seed, uint64_t offse
     return flashc_philox4x32_10(in.counter, in.key0, in.key1);
 }
 
-/* The 16-bit number of column `col` among the eight of its group: word
- * (col % 8) / 2, its low half for even columns, its high half for odd. */
-FLASHC_HD uint32_t flashc_dropout_bits_for_col(flashc_philox_u32x4 w, int64_t col) {
-    uint32_t word;
-    switch ((col >> 1) & 3) {
-        case 0: word = w.x; break;
-        case 1: word = w.y; break;
-        case 2: word = w.z; break;
-        default: word = w.w; break;
+/* Select the word of column `col` among the four of its group. */
+FLASHC_HD uint32_t flashc_dropout_word_for_col(flashc_philox_u32x4 w, int64_t col) {
+    switch (col & 3) {
+        case 0: return w.x;
+        case 1: return w.y;
+        case 2: return w.z;
+        default: return w.w;
     }
-    return (col & 1) ? word >> 16 : word & 0xFFFFu;
 }
 
 /* Whether entry (batch, head, row, col) is kept. */
@@ -145,7 +138,7 @@ FLASHC_HD int flashc_dropout_keep(uint64_t seed, uint64_t offset, uint32_t thres
                                   int64_t row, int64_t col) {
     flashc_philox_u32x4 w =
         flashc_dropout_words(seed, offset, batch, nheads, head, row, col);
-    return flashc_dropout_bits_for_col(w, col) >= threshold;
+    return flashc_dropout_word_for_col(w, col) >= threshold;
 }
 
 /* ---- varlen per-row buffers ---------------------------------------------- */

@@ -105,12 +105,12 @@ static void fc_fwd_write_sdmask(const flashc_problem *p, fc_tile_ctx t, int64_t 
                 if (live && j < t.cols) {
                     v = sexp2(s->S[j * FC_BM + i] - m);
                     if (p->dropout_p > 0 && v != 0) {
-                        if ((c0 + j) >> 3 != w_group) {
+                        if ((c0 + j) >> 2 != w_group) {
                             w = flashc_dropout_words(p->dropout_seed, p->dropout_offset, t.b,
                                                      p->nheads, t.h, t.r0 + i, c0 + j);
-                            w_group = (c0 + j) >> 3;
+                            w_group = (c0 + j) >> 2;
                         }
-                        if (flashc_dropout_bits_for_col(w, c0 + j) < p->dropout_threshold) v = -v;
+                        if (flashc_dropout_word_for_col(w, c0 + j) < p->dropout_threshold) v = -v;
                     }
                 }
                 fc_store_one(row, sd->dtype, (c0 + j) * sd->col_stride, v);

@@ -277,21 +277,17 @@ static void fc_tile_mask(real *S, const flashc_problem *p, const fc_tile_ctx *t)
 /* Zero the entries of P that dropout drops (P[j * FC_BM + i]); with a
  * non-NULL `second`, scale kept entries of a second tile by `keep_scale`
  * and zero its dropped ones as well. One Philox instance per SIMD lane
- * (a lane per query row), counters from flashc_dropout_counter; column c
- * takes the 16 bits flashc_dropout_bits_for_col picks (half c & 1 of word
- * (c & 7) / 2). t->c0 is a multiple of 8 (of FC_BN), so the tile's groups
- * of eight columns are the rule's. */
-_Static_assert(FC_BN % 8 == 0, "key tiles start on the dropout rule's groups of eight columns");
-
+ * (a lane per query row), counters from flashc_dropout_counter; the word of
+ * column c is component c & 3, as flashc_dropout_word_for_col picks it. */
 static void fc_tile_dropout(const flashc_problem *p, const fc_tile_ctx *t, real *P, real *second,
                             real keep_scale) {
     for (int64_t i0 = 0; i0 < t->rows; i0 += VL) {
-        for (int64_t j8 = 0; j8 < t->cols; j8 += 8) {
+        for (int64_t j4 = 0; j4 < t->cols; j4 += 4) {
             uint32_t lanes[4][VL];
             flashc_dropout_input in = {{0, 0, 0, 0}, 0, 0};
             for (int l = 0; l < VL; ++l) {
                 in = flashc_dropout_counter(p->dropout_seed, p->dropout_offset, t->b, p->nheads,
-                                            t->h, t->r0 + i0 + l, t->c0 + j8);
+                                            t->h, t->r0 + i0 + l, t->c0 + j4);
                 lanes[0][l] = in.counter.x;
                 lanes[1][l] = in.counter.y;
                 lanes[2][l] = in.counter.z;
@@ -304,16 +300,13 @@ static void fc_tile_dropout(const flashc_problem *p, const fc_tile_ctx *t, real 
             memcpy(&c.w, lanes[3], sizeof c.w);
             fc_philox_lanes w = fc_philox_lanes_10(c, in.key0, in.key1);
             vu32 words[4] = {w.x, w.y, w.z, w.w};
-            for (int64_t q = 0; q < 8 && j8 + q < t->cols; ++q) {
-                int64_t col = t->c0 + j8 + q;
-                vu32 word = words[(col >> 1) & 3];
-                vu32 bits = (col & 1) ? word >> 16 : word & 0xFFFFu;
-                vi32 keep32 = bits >= p->dropout_threshold;
+            for (int64_t q = 0; q < 4 && j4 + q < t->cols; ++q) {
+                vi32 keep32 = words[(t->c0 + j4 + q) & 3] >= p->dropout_threshold;
                 vi keep = __builtin_convertvector(keep32, vi);
-                real *pr = P + (j8 + q) * FC_BM + i0;
+                real *pr = P + (j4 + q) * FC_BM + i0;
                 vstore(pr, vselect(keep, vload(pr), vsplat(0)));
                 if (second) {
-                    real *sr = second + (j8 + q) * FC_BM + i0;
+                    real *sr = second + (j4 + q) * FC_BM + i0;
                     vstore(sr, vselect(keep, vload(sr) * keep_scale, vsplat(0)));
                 }
             }

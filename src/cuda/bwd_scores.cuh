@@ -36,11 +36,18 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
     const bool dropout = p.dropout_threshold != 0u;
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i) {
-        /* The keep bits of the row atom (bit 4 j + 2 half + e; one Philox
-         * call per eight elements, fwd_dropout.cuh); all kept without
-         * dropout. */
-        const unsigned long long keep_bits =
-            dropout ? flashc_dropout_keep_row_atom<COL_ATOMS>(p, batch, head, pos.row0 + 16 * i, pos.col0) : ~0ull;
+        /* The keep bits of both rows of each atom (one Philox call per
+         * four elements, fwd_dropout.cuh); all kept without dropout. */
+        bool keep4[COL_ATOMS][4];
+#pragma unroll
+        for (int j = 0; j < COL_ATOMS; ++j) {
+            if (dropout) {
+                flashc_dropout_keep4(p, batch, head, pos.row0 + 16 * i, pos.col0 + 8 * j, keep4[j]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) keep4[j][e] = true;
+            }
+        }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int r = 2 * i + half;
@@ -51,8 +58,7 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
 #pragma unroll
             for (int j = 0; j < COL_ATOMS; ++j) {
                 const int col = pos.col0 + 8 * j;
-                const bool keep[2] = {((keep_bits >> (4 * j + 2 * half)) & 1) != 0,
-                                      ((keep_bits >> (4 * j + 2 * half + 1)) & 1) != 0};
+                const bool *keep = keep4[j] + 2 * half;
                 float pd[2], ds[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {

@@ -22,7 +22,6 @@
 #include <math.h>
 
 #include "../core/semantics.h"
-#include "fwd_dropout.cuh"
 #include "fwd_params.h"
 #include "ptx.cuh"
 
@@ -114,39 +113,40 @@ static __device__ __forceinline__ void flashc_hopper_bwd_dscores(const float (&p
 
 /* Dropout replay: bit 4 j + 2 half + e set where element (j, half, e) is
  * kept, from the forward's Philox words (one call per query and group of
- * eight keys, two 16-bit numbers a word). Bits: an unsigned type of at
- * least 4 Q_ATOMS bits.
+ * four keys). Bits: an unsigned type of at least 4 Q_ATOMS bits.
  *
- * The eight lanes whose keys form one group of eight (g = lane / 4, same
- * lane % 4) hold the same queries, and lane g needs the 16 bits of key g
- * (half g & 1 of word g / 2) of the same 4 Q_ATOMS calls (combo c = 4 j +
- * 2 half + e: query atom j, element e, key row half). So lane g makes
- * combo 8 k + g of each group of eight and the eight trade words over
- * seven shuffles: one call per eight elements. */
+ * The four lanes whose keys form one group of four (lane / 4 = 4 g + t,
+ * same lane % 4) hold the same queries, and each needs word t of the same
+ * four calls per atom (two queries e, two key rows half). So each lane
+ * makes one of them, combo t = 2 half + e, and the four trade words over
+ * three shuffles: one call per four elements, where every lane made all
+ * four calls for one word of each. */
+static __device__ __forceinline__ uint32_t flashc_philox_word(flashc_philox_u32x4 w, int index) {
+    return index == 0 ? w.x : index == 1 ? w.y : index == 2 ? w.z : w.w;
+}
+
 template <typename Bits, int Q_ATOMS>
 static __device__ __forceinline__ Bits flashc_hopper_bwd_keep_bits(const flashc_fwd_params &p,
                                                                    flashc_hopper_bwd_pos pos, int batch, int head) {
     static_assert(Q_ATOMS * 4 <= (int)sizeof(Bits) * 8, "one bit per element of the thread's slice");
-    static_assert(Q_ATOMS % 2 == 0, "whole groups of eight calls");
-    const int g = (threadIdx.x >> 2) & 7; /* this lane's key within its group (key0 & 7) */
+    const int t = (threadIdx.x >> 2) & 3; /* this lane's key within its group (key0 & 3) */
     const uint32_t head_index = (uint32_t)batch * (uint32_t)p.nheads + (uint32_t)head;
     const uint32_t key0 = (uint32_t)p.dropout_seed;
     const uint32_t key1 = (uint32_t)(p.dropout_seed >> 32) ^ (uint32_t)(p.dropout_offset >> 32);
-    const int key_group0 = (pos.key0 - g) >> 3; /* the group of rows g; rows g + 8 are the next */
     Bits bits = 0;
 #pragma unroll
-    for (int k = 0; k < Q_ATOMS / 2; ++k) {
-        const int combo = 8 * k + g, j = combo >> 2, half = (combo >> 1) & 1, e = combo & 1;
-        const flashc_philox_u32x4 counter = {(uint32_t)(key_group0 + half), (uint32_t)(pos.query0 + 8 * j + e),
-                                             head_index, (uint32_t)p.dropout_offset};
+    for (int j = 0; j < Q_ATOMS; ++j) {
+        const int query = pos.query0 + 8 * j + (t & 1), key = pos.key0 + 8 * (t >> 1);
+        const flashc_philox_u32x4 counter = {(uint32_t)(key >> 2), (uint32_t)query, head_index,
+                                             (uint32_t)p.dropout_offset};
         const flashc_philox_u32x4 w = flashc_philox4x32_10(counter, key0, key1);
 #pragma unroll
-        for (int m = 0; m < 8; ++m) {
-            /* key g's word of combo 8 k + (g ^ m), made by lane ^ (m << 2) */
-            const uint32_t word = m == 0 ? flashc_philox_word(w, g >> 1)
-                                         : __shfl_xor_sync(0xffffffffu, flashc_philox_word(w, (g ^ m) >> 1), m << 2);
-            const uint32_t number = (g & 1) ? word >> 16 : word & 0xFFFFu;
-            if (number >= p.dropout_threshold) bits |= (Bits)1 << (8 * k + (g ^ m));
+        for (int m = 0; m < 4; ++m) {
+            /* word t of combo t ^ m, made by lane ^ (m << 2) */
+            const uint32_t word = m == 0 ? flashc_philox_word(w, t)
+                                         : __shfl_xor_sync(0xffffffffu, flashc_philox_word(w, t ^ m), m << 2);
+            const int combo = t ^ m, e = combo & 1, half = combo >> 1;
+            if (word >= p.dropout_threshold) bits |= (Bits)1 << (4 * j + 2 * half + e);
         }
     }
     return bits;
