@@ -18,6 +18,7 @@ typedef struct flashc_kvcache_problem {
      * in q's dtype; rotary_dim 0 = none. */
     const void *rotary_cos, *rotary_sin;
     int64_t rotary_dim, rotary_row_stride;
+    int64_t rotary_rows;        /* positions the tables hold (>= the capacity) */
     int rotary_interleaved;
     /* Query row r is at position cache_seqlens[b] + r (causal or window)
      * or cache_seqlens[b] for every row. */

@@ -114,6 +114,7 @@ static flashc_status check_rotary(const flashc_kvcache_args *a, flashc_kvcache_p
     kp->rotary_sin = s->data;
     kp->rotary_dim = 2 * half;
     kp->rotary_row_stride = c->stride[0];
+    kp->rotary_rows = c->shape[0];
     kp->rotary_interleaved = a->rotary_interleaved != 0;
     /* flash_attn's rule: rows at their own positions under a causal mask
      * or a window (one not wider than the cache), else all at the first. */

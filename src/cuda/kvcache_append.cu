@@ -76,11 +76,11 @@ __global__ void __launch_bounds__(FLASHC_KVC_APPEND_THREADS) flashc_kvc_append_k
     const int r = (int)(u / p.nheads % p.seqlen_q);
     const int b = (int)(u / p.nheads / p.seqlen_q);
     const flashc_kvc_seq seq = flashc_kvc_sequence(p, b);
-    /* The table holds at least the capacity's positions; clamped there,
-     * rows past it stay inside (and an invalid sequence's q is never
-     * read). With no positions there are no keys either. */
-    if (p.capacity < 1) return;
-    const int64_t pos = flashc_kvc_clamp(seq.append_at + (p.rotary_q_per_row ? r : 0), 0, p.capacity - 1);
+    /* Positions past the tables only come from cache_seqlens the host did
+     * not check (on the CPU that is an error): clamped, never read beyond.
+     * Empty tables (no positions) leave nothing to rotate. */
+    if (p.rotary_rows < 1) return;
+    const int64_t pos = flashc_kvc_clamp(seq.append_at + (p.rotary_q_per_row ? r : 0), 0, p.rotary_rows - 1);
     const T *q = reinterpret_cast<const T *>(p.q_in) + b * p.qi_batch_stride + r * p.qi_row_stride +
                  head * p.qi_head_stride;
     T *q_rot = reinterpret_cast<T *>(p.q_rotated) + (((int64_t)b * p.seqlen_q + r) * p.nheads + head) * p.head_dim;

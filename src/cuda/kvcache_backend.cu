@@ -181,6 +181,7 @@ extern "C" flashc_status flashc_cuda_kvcache(flashc_kvcache_problem *kp) {
         c.k.rotary_cos = kp->rotary_cos;
         c.k.rotary_sin = kp->rotary_sin;
         c.k.rotary_row_stride = kp->rotary_row_stride;
+        c.k.rotary_rows = kp->rotary_rows;
         c.k.rotary_dim = (int)kp->rotary_dim;
         c.k.rotary_interleaved = kp->rotary_interleaved;
         c.k.rotary_q_per_row = kp->rotary_q_per_row;

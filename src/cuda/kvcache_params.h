@@ -68,7 +68,7 @@ typedef struct flashc_kvc_params {
     int64_t qi_batch_stride, qi_row_stride, qi_head_stride;
     void *q_rotated;
     const void *rotary_cos, *rotary_sin;
-    int64_t rotary_row_stride;
+    int64_t rotary_row_stride, rotary_rows;
     int rotary_dim, rotary_interleaved, rotary_q_per_row;
 } flashc_kvc_params;
 

@@ -244,6 +244,13 @@ def test_rotary(device, interleaved, causal):
              seqlens=(17, 0, 60))
 
 
+def test_rotary_queries_past_the_capacity(device):
+    """Under a causal mask q rows sit at cache_seqlens + r, which can pass
+    the cache's capacity when sq > seqlen_new: the tables' rows count, not
+    the capacity."""
+    run_case(device, rotary_dim=32, causal=True, sq=8, s_new=1, seqlens=(17, 0, 95))
+
+
 def test_rotary_full_head_dim_and_window(device):
     run_case(device, rotary_dim=64, interleaved=False, window=(8, 0), sq=2, s_new=2)
 
