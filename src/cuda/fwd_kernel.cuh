@@ -286,18 +286,8 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
     flashc_cp_async_commit();
 
     float acc_o[ROW_ATOMS][OUT_ATOMS][4];
-#pragma unroll
-    for (int i = 0; i < ROW_ATOMS; ++i)
-#pragma unroll
-        for (int d = 0; d < OUT_ATOMS; ++d)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc_o[i][d][e] = 0.0f;
     flashc_softmax_state<ROW_ATOMS> st;
-#pragma unroll
-    for (int r = 0; r < 2 * ROW_ATOMS; ++r) {
-        st.row_max[r] = -INFINITY;
-        st.row_sum[r] = 0.0f;
-    }
+    flashc_softmax_start(acc_o, st);
 
     /* Start loading K[n-1] into sK (every warp is past its Q K^T of
      * K[n]). Predicated rather than branched, so the caller's code on

@@ -37,6 +37,23 @@ struct flashc_softmax_state {
     float row_sum[2 * ROW_ATOMS];  /* this thread's partial sum of p */
 };
 
+/* A row tile's start: O = 0, nothing seen (max -inf, sum 0). */
+template <int ROW_ATOMS, int OUT_ATOMS>
+static __device__ __forceinline__ void flashc_softmax_start(float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4],
+                                                            flashc_softmax_state<ROW_ATOMS> &st) {
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int d = 0; d < OUT_ATOMS; ++d)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[i][d][e] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2 * ROW_ATOMS; ++r) {
+        st.row_max[r] = -INFINITY;
+        st.row_sum[r] = 0.0f;
+    }
+}
+
 /* Raise each row's reference maximum where a new score exceeds it by more
  * than the threshold, rescaling the row's sum. alpha[r] is the factor its O
  * accumulators owe (1 where the maximum stays): applied here when

@@ -170,16 +170,8 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
     const float score_to_log2 = GENERAL ? 1.0f : p.scale_log2;
 
     float acc_o[1][OUT_ATOMS][4];
-#pragma unroll
-    for (int d = 0; d < OUT_ATOMS; ++d)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[0][d][e] = 0.0f;
     flashc_softmax_state<1> st;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        st.row_max[r] = -INFINITY;
-        st.row_sum[r] = 0.0f;
-    }
+    flashc_softmax_start(acc_o, st);
 
     const uint32_t q_addr = base + warpgroup * 64 * 128;
     auto stage = [](int it) { return it % FLASHC_HOPPER_STAGES; };

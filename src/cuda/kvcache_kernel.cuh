@@ -179,16 +179,8 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
     };
 
     float acc_o[1][OUT_ATOMS][4];
-#pragma unroll
-    for (int d = 0; d < OUT_ATOMS; ++d)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[0][d][e] = 0.0f;
     flashc_softmax_state<1> st;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        st.row_max[r] = -INFINITY;
-        st.row_sum[r] = 0.0f;
-    }
+    flashc_softmax_start(acc_o, st);
 
     if (steps > 0) {
         /* Q rows of the tile (rows past the block's zero-filled). */

@@ -534,6 +534,13 @@ static void describe(const char *entry, fuzz_case *c) {
 
 /* ---- entry points --------------------------------------------------------- */
 
+/* After a build: the byte-chosen mutations, the buffers, the description. */
+static void prepare(fuzz_case *c, reader *r, const char *entry) {
+    mutate(c, r);
+    materialize(c, r);
+    describe(entry, c);
+}
+
 static flashc_varlen varlen_args(fuzz_case *c) {
     flashc_varlen v;
     memset(&v, 0, sizeof v);
@@ -550,9 +557,7 @@ static flashc_varlen varlen_args(fuzz_case *c) {
 static void fuzz_forward(reader *r) {
     fuzz_case c;
     build_problem(&c, r, 0);
-    mutate(&c, r);
-    materialize(&c, r);
-    describe("forward", &c);
+    prepare(&c, r, "forward");
     if (!c.oversized) {
         flashc_forward_args a;
         memset(&a, 0, sizeof a);
@@ -593,9 +598,7 @@ static void *fuzz_allocate(void *context, size_t bytes, flashc_device device) {
 static void fuzz_backward(reader *r, int query_only) {
     fuzz_case c;
     build_problem(&c, r, 1);
-    mutate(&c, r);
-    materialize(&c, r);
-    describe(query_only ? "workspace_size" : "backward", &c);
+    prepare(&c, r, query_only ? "workspace_size" : "backward");
     if (c.int_data_unsafe) {
         release(&c);
         return;
@@ -720,9 +723,7 @@ static void build_kvcache(fuzz_case *c, reader *r) {
 static void fuzz_kvcache(reader *r) {
     fuzz_case c;
     build_kvcache(&c, r);
-    mutate(&c, r);
-    materialize(&c, r);
-    describe("kvcache", &c);
+    prepare(&c, r, "kvcache");
     if (c.int_data_unsafe) {
         release(&c);
         return;
