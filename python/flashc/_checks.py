@@ -51,11 +51,18 @@ def forward_scalars_ok(dropout_p, scale):
             and scale != 0.0 and math.isfinite(scale))
 
 
+def tensor(t, name, optional=False):
+    """t is a torch.Tensor (or None where `optional`)."""
+    if isinstance(t, torch.Tensor) or (optional and t is None):
+        return
+    raise FlashcTypeError(
+        _cabi.ERROR_ARGUMENT,
+        f"{name}: expected a torch.Tensor{' or None' if optional else ''}, got {type(t).__name__}",
+    )
+
+
 def rank(t, name, expected, layout):
-    if not isinstance(t, torch.Tensor):
-        raise FlashcTypeError(
-            _cabi.ERROR_ARGUMENT, f"{name}: expected a torch.Tensor, got {type(t).__name__}"
-        )
+    tensor(t, name)
     if t.dim() != expected:
         raise FlashcValueError(
             _cabi.ERROR_RANK,
@@ -127,10 +134,7 @@ def softmax_scale(scale):
 
 
 def _int32_tensor(t, name, rank):
-    if not isinstance(t, torch.Tensor):
-        raise FlashcTypeError(
-            _cabi.ERROR_ARGUMENT, f"{name}: expected a torch.Tensor, got {type(t).__name__}"
-        )
+    tensor(t, name)
     if t.dtype != torch.int32:
         raise FlashcTypeError(_cabi.ERROR_DTYPE, f"{name}: dtype must be torch.int32, got {t.dtype}")
     if t.dim() != rank:

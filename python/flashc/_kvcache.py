@@ -15,9 +15,9 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _cabi, _kernels, _shapes
+from . import _cabi, _checks, _kernels, _shapes
 from ._tensors import maybe_contiguous
-from .errors import FlashcTypeError, FlashcValueError
+from .errors import FlashcValueError
 
 _DEVICES = ("cpu", "cuda")
 
@@ -25,15 +25,13 @@ _TENSOR_ARGUMENTS = ("k", "v", "cache_seqlens", "rotary_cos", "rotary_sin", "cac
                      "cache_leftpad", "block_table", "alibi_slopes")
 
 
-def _check_types(q, k_cache, v_cache, optional):
+def check_types(q, k_cache, v_cache, optional):
+    """q, k_cache, v_cache tensors; `optional` (the _TENSOR_ARGUMENTS, in
+    order) tensors or None."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(t, torch.Tensor):
-            raise FlashcTypeError(_cabi.ERROR_ARGUMENT,
-                                  f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        _checks.tensor(t, name)
     for name, t in zip(_TENSOR_ARGUMENTS, optional):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise FlashcTypeError(_cabi.ERROR_ARGUMENT,
-                                  f"{name}: expected a torch.Tensor or None, got {type(t).__name__}")
+        _checks.tensor(t, name, optional=True)
 
 
 def _check_paged_capacity(k, cache_seqlens, block_table, k_cache):
@@ -65,9 +63,9 @@ def fwd_kvcache_body(q, k_cache, v_cache, k, v, cache_seqlens, rotary_cos, rotar
                      causal, window_size_left, window_size_right, softcap, rotary_interleaved,
                      num_splits):
     """flashc::fwd_kvcache's body: (out, softmax_lse)."""
-    _check_types(q, k_cache, v_cache, (k, v, cache_seqlens, rotary_cos, rotary_sin,
-                                       cache_batch_idx, cache_leftpad, block_table,
-                                       alibi_slopes))
+    check_types(q, k_cache, v_cache, (k, v, cache_seqlens, rotary_cos, rotary_sin,
+                                      cache_batch_idx, cache_leftpad, block_table,
+                                      alibi_slopes))
     q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
     cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin = (
         maybe_contiguous(t) for t in (cache_seqlens, cache_batch_idx, cache_leftpad,

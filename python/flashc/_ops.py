@@ -26,10 +26,12 @@ from ._tensors import maybe_contiguous
 _DEVICES = ("cpu", "cuda")
 
 
-def _check_attention_inputs(q, k, v, rank, layout):
+def _check_attention_inputs(q, k, v, rank, layout, kv_rank=None, kv_layout=None):
+    """Ranks (k and v: kv_rank in kv_layout where they differ from q's, as
+    a paged cache does) and one attention dtype."""
     _checks.rank(q, "q", rank, layout)
-    _checks.rank(k, "k", rank, layout)
-    _checks.rank(v, "v", rank, layout)
+    _checks.rank(k, "k", kv_rank or rank, kv_layout or layout)
+    _checks.rank(v, "v", kv_rank or rank, kv_layout or layout)
     _checks.attention_dtype(q, "q")
     _checks.attention_dtype(k, "k", q)
     _checks.attention_dtype(v, "v", q)
@@ -178,12 +180,8 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
         if not _checks.attention_inputs_ok(3, q, k, v, alibi_slopes):
             _check_attention_inputs(q, k, v, 3, "(total, nheads, headdim)")
     else:  # paged: k and v are (num_blocks, page_block_size, nheads_k, headdim)
-        _checks.rank(q, "q", 3, "(total, nheads, headdim)")
-        _checks.rank(k, "k", 4, "(num_blocks, page_block_size, nheads_k, headdim) with block_table")
-        _checks.rank(v, "v", 4, "(num_blocks, page_block_size, nheads_k, headdim) with block_table")
-        _checks.attention_dtype(q, "q")
-        _checks.attention_dtype(k, "k", q)
-        _checks.attention_dtype(v, "v", q)
+        _check_attention_inputs(q, k, v, 3, "(total, nheads, headdim)", 4,
+                                "(num_blocks, page_block_size, nheads_k, headdim) with block_table")
         _checks.int32_matrix(block_table, "block_table")
         block_table = maybe_contiguous(block_table)
     _checks.cu_seqlens(cu_seqlens_q, cu_seqlens_k)

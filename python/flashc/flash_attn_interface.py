@@ -23,8 +23,7 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
-from . import _cabi, _checks, _kvcache, _ops, _scalars
-from .errors import FlashcTypeError
+from . import _checks, _kvcache, _ops, _scalars
 from ._shapes import head_dim_multiple, pad_head_dim, round_multiple
 from ._tensors import maybe_contiguous
 
@@ -805,8 +804,10 @@ def flash_attn_with_kvcache(
     rotary_interleaved = _scalars.as_bool(rotary_interleaved, "rotary_interleaved")
     num_splits = _scalars.as_int(num_splits, "num_splits")
     return_softmax_lse = _scalars.as_bool(return_softmax_lse, "return_softmax_lse")
-    if not isinstance(q, torch.Tensor):
-        raise FlashcTypeError(_cabi.ERROR_ARGUMENT, f"q: expected a torch.Tensor, got {type(q).__name__}")
+    # (q's head dim and k_cache's device are read below; the operator's
+    # body checks every argument's type)
+    _checks.tensor(q, "q")
+    _checks.tensor(k_cache, "k_cache")
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):

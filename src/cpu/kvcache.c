@@ -39,17 +39,28 @@ static char *element(const flashc_seq_tensor *t, int64_t offset) {
     return (char *)t->data + offset * (int64_t)flashc_dtype_size(t->dtype);
 }
 
-/* k_new / v_new rows into the cache at cache_seqlens[b] + r. Sequences
- * that share a cache batch (repeated cache_batch_idx) write in sequence
- * order, so the last one's rows stay, whatever the thread count. */
+/* Threads of an element loop of `units` items: the problem's count, or
+ * none of their own (the caller's thread) for work smaller than a region's
+ * start-up. */
+static int loop_threads(const flashc_problem *p, int64_t units) {
+    if (units <= 64) return 1;
+    return p->num_threads > 0 ? p->num_threads : omp_get_max_threads();
+}
+
+/* k_new / v_new rows into the cache at cache_seqlens[b] + r, in one
+ * parallel region. Sequences that share a cache batch (repeated
+ * cache_batch_idx) write in sequence order (a barrier after each), so the
+ * last one's rows stay, whatever the thread count. */
 static void append_rows(const flashc_kvcache_problem *kp) {
     const flashc_problem *p = &kp->attn;
     int64_t rows = p->kv.new_rows, hk_count = p->nheads_k;
     int64_t units = rows * hk_count;
+    int nt = loop_threads(p, p->batch * units);
+    #pragma omp parallel num_threads(nt) if (nt > 1)
     for (int64_t b = 0; b < p->batch; ++b) {
         flashc_seq_info seq = flashc_problem_seq(p, b);
         int64_t first = p->kv.cache_seqlens[b];
-        #pragma omp parallel for schedule(static) num_threads(p->num_threads > 0 ? p->num_threads : omp_get_max_threads()) if (units > 64)
+        #pragma omp for schedule(static)
         for (int64_t u = 0; u < units; ++u) {
             int64_t r = u / hk_count, hk = u % hk_count;
             int64_t c = first + r;
@@ -70,7 +81,8 @@ static void rotate_queries(flashc_kvcache_problem *kp) {
     int64_t sq = p->seqlen_q, h = p->nheads, d = p->head_dim;
     flashc_seq_tensor out = {kp->q_rotated, p->dtype, sq * h * d, h * d, d};
     int64_t units = p->batch * sq * h;
-    #pragma omp parallel for schedule(static) num_threads(p->num_threads > 0 ? p->num_threads : omp_get_max_threads()) if (units > 64)
+    int nt = loop_threads(p, units);
+    #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
     for (int64_t u = 0; u < units; ++u) {
         int64_t b = u / (sq * h), r = (u / h) % sq, head = u % h;
         int64_t pos = p->kv.cache_seqlens[b] + (kp->rotary_q_per_row ? r : 0);
