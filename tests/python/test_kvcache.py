@@ -309,6 +309,10 @@ def test_errors_write_nothing(device):
                                 block_table=torch.zeros(2, 1, dtype=torch.int32, device=device))
     with pytest.raises(flashc.FlashcError, match="k_cache"):
         flash_attn_with_kvcache(q, kc.float(), vc, k, k, cache_seqlens=3)
+    with pytest.raises(TypeError, match="k_cache"):
+        flash_attn_with_kvcache(q, None, vc)
+    with pytest.raises(TypeError, match="cache_leftpad"):
+        flash_attn_with_kvcache(q, kc, vc, cache_leftpad=[0, 0])
     if device == "cpu":  # contents are checked on the CPU
         with pytest.raises(flashc.FlashcError, match="cache_seqlens"):
             flash_attn_with_kvcache(q, kc, vc, k, k, cache_seqlens=32)  # 32 + 1 > 32
