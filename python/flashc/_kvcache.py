@@ -62,10 +62,9 @@ def fwd_kvcache_body(q, k_cache, v_cache, k, v, cache_seqlens, rotary_cos, rotar
                      cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
                      causal, window_size_left, window_size_right, softcap, rotary_interleaved,
                      num_splits):
-    """flashc::fwd_kvcache's body: (out, softmax_lse)."""
-    check_types(q, k_cache, v_cache, (k, v, cache_seqlens, rotary_cos, rotary_sin,
-                                      cache_batch_idx, cache_leftpad, block_table,
-                                      alibi_slopes))
+    """flashc::fwd_kvcache's body: (out, softmax_lse). The caller checked
+    the arguments' types (check_types; the operator's schema does it for
+    calls through torch.ops)."""
     q, k, v = maybe_contiguous(q), maybe_contiguous(k), maybe_contiguous(v)
     cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin = (
         maybe_contiguous(t) for t in (cache_seqlens, cache_batch_idx, cache_leftpad,

@@ -804,15 +804,18 @@ def flash_attn_with_kvcache(
     rotary_interleaved = _scalars.as_bool(rotary_interleaved, "rotary_interleaved")
     num_splits = _scalars.as_int(num_splits, "num_splits")
     return_softmax_lse = _scalars.as_bool(return_softmax_lse, "return_softmax_lse")
-    # (q's head dim and k_cache's device are read below; the operator's
-    # body checks every argument's type)
     _checks.tensor(q, "q")
-    _checks.tensor(k_cache, "k_cache")
+    _checks.tensor(k_cache, "k_cache")  # (its device is read here)
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
     if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
         cache_seqlens = torch.full((q.shape[0],), _scalars.as_int(cache_seqlens, "cache_seqlens"),
                                    dtype=torch.int32, device=k_cache.device)
+    # Every tensor argument's type, before either path: a non-tensor would
+    # otherwise reach the operator's schema, whose error names no argument.
+    _kvcache.check_types(q, k_cache, v_cache, (k, v, cache_seqlens, rotary_cos, rotary_sin,
+                                               cache_batch_idx, cache_leftpad, block_table,
+                                               alibi_slopes))
     args = (q, k_cache, v_cache, k, v, cache_seqlens, rotary_cos, rotary_sin, cache_batch_idx,
             cache_leftpad, block_table, alibi_slopes, softmax_scale, causal, window_size[0],
             window_size[1], softcap, rotary_interleaved, num_splits)
