@@ -154,7 +154,10 @@ static int repeat_backward(const test_config *cfg, uint64_t seed, int runs, unsi
     return fails;
 }
 
-/* Big enough for many CTAs to add into the same dQ rows at once. */
+/* Big enough for many CTAs to add into the same dQ rows at once; each
+ * Hopper configuration, dQ through shared memory and by atomics, masks
+ * that make the key blocks adding into one query block start and end
+ * anywhere (the order of deterministic mode's additions). */
 static int reproducibility_configs(test_config *out) {
     int n = 0;
     test_config c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 2, 8, 2, 128, 128, 700, 700);
@@ -173,6 +176,16 @@ static int reproducibility_configs(test_config *out) {
     c.varlen_gap_rows = 4;
     out[n++] = c;
     c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 1, 2, 2, 96, 96, 1500, 1200);
+    out[n++] = c;
+    /* more queries than keys under a causal mask (the last key blocks see
+     * every query block below the diagonal), head dims 192 / 128 */
+    c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 2, 4, 2, 192, 128, 900, 500);
+    c.options.causal = 1;
+    out[n++] = c;
+    /* a window over more keys than queries, dQ through shared memory */
+    c = test_config_shaped(FLASHC_DTYPE_FLOAT16, 1, 6, 3, 128, 128, 300, 1100);
+    c.options.window_left = 200;
+    c.options.window_right = 50;
     out[n++] = c;
     return n;
 }

@@ -15,6 +15,7 @@ extern "C" {
 #include "bwd_launch.h"
 #include "bwd_workspace.h"
 #include "fwd_launch.h"
+#include "hopper_bwd.h"
 
 extern "C" int flashc_cuda_device_count(void) {
     int n = 0;
@@ -178,12 +179,19 @@ static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_b
     k.tile_m = plan->tile_m;
     k.nchunks = plan->nchunks;
     k.deterministic = p->deterministic != 0;
+    k.dq_order = plan->dq_order_rows ? (int *)(ws + L->dq_order_offset) : nullptr;
+    k.dq_order_rows = plan->dq_order_rows;
     return k;
+}
+
+/* The plan of the kernel that will run (bwd_workspace.h). */
+static flashc_bwd_plan backward_plan(const flashc_problem *p) {
+    return flashc_bwd_plan_of(p, flashc_hopper_bwd_applies(p));
 }
 
 static cudaError_t backward_body(const void *arg) {
     const flashc_problem *p = (const flashc_problem *)arg;
-    const flashc_bwd_plan plan = flashc_bwd_plan_of(p);
+    const flashc_bwd_plan plan = backward_plan(p);
     const flashc_bwd_layout L = flashc_bwd_layout_of(p, &plan);
     if (L.bytes > p->workspace_bytes) return cudaErrorInvalidValue; /* unreachable: api.c checked the size */
     const flashc_bwd_params k = make_bwd_params(p, &plan, &L);
@@ -197,7 +205,7 @@ static cudaError_t backward_body(const void *arg) {
 
 /* The same plan and layout as the launch (bwd_workspace.h). */
 extern "C" size_t flashc_cuda_backward_workspace_size(const flashc_problem *p) {
-    const flashc_bwd_plan plan = flashc_bwd_plan_of(p);
+    const flashc_bwd_plan plan = backward_plan(p);
     return flashc_bwd_layout_of(p, &plan).bytes;
 }
 

@@ -39,6 +39,11 @@ typedef struct flashc_bwd_params {
      * blocks (one each) and every CTA adds into slice 0 with atomics. */
     int nchunks;
     int deterministic;
+    /* Deterministic on the Hopper path (else NULL): per query block of
+     * dq_order_rows rows, the key blocks that have added into its dQ rows
+     * (zeroed by the preprocess); nchunks covers every key block. */
+    int *dq_order;
+    int dq_order_rows;
 } flashc_bwd_params;
 
 #endif

@@ -2,7 +2,8 @@
  * LSE * log2(e), written to the workspace over whole tile_m-row tiles (rows
  * of a tile past the sequence get LSE2 = +inf and D = 0: the main kernel
  * loads whole tiles, and those values make such rows contribute nothing),
- * and zeros over the same tiles of every dQ slice. One CTA per
+ * and zeros over the same tiles of every dQ slice (and of the counts of
+ * ordered additions). One CTA per
  * (16-row chunk of a tile, head, sequence); a warp per row, 8 elements per
  * lane. */
 #include <math.h>
@@ -93,6 +94,9 @@ __global__ void __launch_bounds__(FLASHC_BWD_PRE_THREADS) flashc_bwd_preprocess_
                                                   (head * p.ws_rows + ws_row + r0) * p.fwd.head_dim);
         for (int64_t i = threadIdx.x; i < quads; i += FLASHC_BWD_PRE_THREADS) acc4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    /* and the count of additions of the query block starting here */
+    if (p.dq_order && threadIdx.x == 0 && (ws_row + r0) % p.dq_order_rows == 0)
+        p.dq_order[(head * p.ws_rows + ws_row + r0) / p.dq_order_rows] = 0;
 }
 
 cudaError_t flashc_bwd_preprocess(const flashc_bwd_params *p, int is_bf16, void *stream) {

@@ -36,15 +36,26 @@ static bool forced_portable(void) {
     return path && strcmp(path, "portable") == 0;
 }
 
+bool flashc_hopper_bwd_applies(const flashc_problem *p) {
+    const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
+    /* block_m 0: past the largest configuration */
+    return !forced_portable() && flashc_hopper_bwd_block_m(d) != 0 && flashc_hopper_device(p->device_index);
+}
+
 cudaError_t flashc_hopper_bwd(const flashc_bwd_params *p, void *stream, int is_bf16) {
     if (forced_portable() || !flashc_hopper_current_device()) return cudaErrorNotSupported;
+    /* deterministic: only with the ordered additions' plan */
+    if (p->deterministic && !p->dq_order) return cudaErrorNotSupported;
     const int d = p->fwd.head_dim > p->fwd.head_dim_v ? p->fwd.head_dim : p->fwd.head_dim_v;
     flashc_hopper_bwd_maps maps;
     /* the workspace was laid out in the plan's tiles; this kernel walks
-     * the query rows in blocks of its own BLOCK_M, which must divide them */
+     * the query rows in blocks of its own BLOCK_M, which must divide them.
+     * Ordered dQ additions: one key block per CTA, dq_order per BLOCK_M. */
 #define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK)                                  \
     if (d <= HEAD_DIM) {                                                                                 \
-        if (p->tile_m % BLOCK_M != 0 || !make_maps(&maps, p, is_bf16, BLOCK_M, BLOCK_N))                 \
+        const bool ordered_ok = !p->dq_order || (p->dq_order_rows == BLOCK_M &&                          \
+                                                 (int64_t)p->nchunks * BLOCK_N >= p->fwd.seqlen_k);      \
+        if (p->tile_m % BLOCK_M != 0 || !ordered_ok || !make_maps(&maps, p, is_bf16, BLOCK_M, BLOCK_N))  \
             return cudaErrorNotSupported;                                                                \
         return flashc_hopper_bwd_run_hdim##HEAD_DIM(p, &maps, stream, is_bf16);                           \
     }

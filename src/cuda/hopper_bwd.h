@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "../core/problem.h"
 #include "bwd_params.h"
 #include "hopper_bwd_config.h"
 
@@ -22,13 +23,18 @@ typedef struct flashc_hopper_bwd_maps {
 FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DECLARE_RUN)
 #undef FLASHC_HOPPER_BWD_DECLARE_RUN
 
-/* Runs the backward's main kernel on the Hopper path when it applies: the
- * current device is compute capability 9.0, max(d, dv) <= 256, the
- * workspace tile is a multiple of the configuration's BLOCK_M, the tensors
- * suit TMA, and
- * the environment variable FLASHC_CUDA_BACKWARD is not "portable" (which
- * tests use to reach the portable kernel on a Hopper GPU). Returns
- * cudaErrorNotSupported, having done nothing, when it does not apply. */
+/* Whether the Hopper kernel will run problem p, as far as the plan needs
+ * to know (bwd_workspace.h): p's device is compute capability 9.0,
+ * max(d, dv) <= 256, and the environment variable FLASHC_CUDA_BACKWARD is
+ * not "portable" (which tests use to reach the portable kernel on a Hopper
+ * GPU). */
+bool flashc_hopper_bwd_applies(const flashc_problem *p);
+
+/* Runs the backward's main kernel on the Hopper path when it applies: as
+ * above, the workspace tile is a multiple of the configuration's BLOCK_M,
+ * the tensors suit TMA, and a deterministic plan was made for this path
+ * (p->dq_order). Returns cudaErrorNotSupported, having done nothing, when
+ * it does not apply. */
 cudaError_t flashc_hopper_bwd(const flashc_bwd_params *p, void *stream, int is_bf16);
 
 #endif

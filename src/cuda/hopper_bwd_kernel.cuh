@@ -26,11 +26,25 @@
  *                                           each warpgroup half of the
  *                                           columns (BLOCK_M = 64) or of the
  *                                           queries (BLOCK_M = 128)
- *       dQ added into the float32 accumulator (atomics; deterministic:
- *       this CTA's own slice, every element added by one thread in a
- *       fixed order)
+ *       dQ added into the float32 accumulator (atomics, or one bulk
+ *       reduction per query block)
  * dK * scale and dV are stored from the registers at the end of the key
  * block: the CTA's sums run in a fixed order, so they are bitwise stable.
+ *
+ * Deterministic mode (p.dq_order): every CTA owns one key block, and the
+ * CTAs that add into the dQ rows of one query block do so in a fixed
+ * order: the last key block that sees the query block first, then down
+ * (flashc_hopper_bwd_dq_rank), each waiting until the block's counter in
+ * dq_order reaches its rank and adding one once its additions completed.
+ * The CTAs start in that order (the tile order reversed), so a CTA's
+ * predecessors started before it and the waits always end. Under a causal
+ * mask it is also the order in which the additions come anyway (key block
+ * n's CTA reaches a query block after key block n + 1's did), so the
+ * waits are short; without a mask they stagger the CTAs of a pair by one
+ * step each, once, in the first wave. The waits are off the consumers'
+ * path: with dQ through shared memory the reducer waits, else a
+ * sequencer warp of the producer warpgroup lets the consumers' atomics go
+ * (named barriers) and counts them. 
  *
  * Rows a TMA box brings from past a sequence's end (varlen and seqused_k:
  * another sequence's data, possibly NaN) are zeroed in shared memory: the
@@ -60,6 +74,10 @@
 /* Named barriers over the 256 consumer threads (0 is __syncthreads). */
 enum { FLASHC_HOPPER_BWD_BAR_ZEROED = 1, FLASHC_HOPPER_BWD_BAR_DS_READY = 2 };
 #define FLASHC_HOPPER_BWD_CONSUMER_THREADS (128 * FLASHC_HOPPER_BWD_CONSUMER_WARPGROUPS)
+/* Deterministic mode, dQ by atomics: over the consumers and the sequencer
+ * warp. GO: the consumers may add this query block's dQ; DONE: they have. */
+enum { FLASHC_HOPPER_BWD_BAR_DQ_GO = 3, FLASHC_HOPPER_BWD_BAR_DQ_DONE = 4 };
+#define FLASHC_HOPPER_BWD_SEQUENCED_THREADS (FLASHC_HOPPER_BWD_CONSUMER_THREADS + 32)
 
 /* How the two consumer warpgroups share a CTA's work (hopper_bwd_config.h). */
 template <int HEAD_DIM, int BLOCK_N>
@@ -201,6 +219,33 @@ static __device__ __forceinline__ void flashc_hopper_bwd_advance(flashc_hopper_b
     }
 }
 
+/* Deterministic mode: the rank of key block n_block among the key blocks
+ * that add into query block m_block (which n_block sees), in the order of
+ * their additions: the last key block that sees the query block first.
+ * Key block j >= n_block sees it iff j exists and its first visible row,
+ * max(0, j BLOCK_N - shift - window_right) (flashc_bwd_rows_seeing), is at
+ * most the block's last row: the later key blocks' last visible rows only
+ * grow. */
+template <int BLOCK_M, int BLOCK_N>
+static __device__ __forceinline__ int flashc_hopper_bwd_dq_rank(const flashc_fwd_params &p, const flashc_fwd_seq &seq,
+                                                                int n_block, int m_block) {
+    int last = (seq.sk + BLOCK_N - 1) / BLOCK_N - 1;
+    if (p.window_right >= 0) {
+        const long long row = min((long long)(m_block + 1) * BLOCK_M, (long long)seq.sq) - 1;
+        /* >= n_block * BLOCK_N >= 0, since n_block sees the block */
+        const long long reach = row + (seq.sk - seq.sq) + p.window_right;
+        last = (int)min((long long)last, reach / BLOCK_N);
+    }
+    return max(last - n_block, 0);
+}
+
+/* Deterministic mode: the counter of the query block at row m0 of a head. */
+template <int BLOCK_M>
+static __device__ __forceinline__ int *flashc_hopper_bwd_dq_counter(const flashc_bwd_params &p, int64_t ws_row0,
+                                                                    int head, int m0) {
+    return p.dq_order + (head * p.ws_rows + ws_row0 + m0) / BLOCK_M;
+}
+
 /* The producer: one thread issues, per key block that any query sees, K
  * and V (once both consumers are done with the previous key block), then
  * Q, dO, LSE2 and D of every iteration into the stage ring. */
@@ -254,16 +299,32 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
     }
 }
 
+/* Deterministic mode: this CTA's turns, in the order of its steps (the
+ * producer's list): turn(counter, rank) for each query block it adds
+ * into. */
+template <int BLOCK_M, int BLOCK_N, typename Turn>
+static __device__ __forceinline__ void flashc_hopper_bwd_for_each_turn(const flashc_bwd_params &p,
+                                                                       const flashc_fwd_seq &seq, int batch,
+                                                                       int head_k, int chunk, Turn turn) {
+    const int group = p.fwd.nheads / p.fwd.nheads_k;
+    const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
+    for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
+        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, group);
+        flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, head_k, group);
+        for (int it = 0; it < blk.iters; ++it, flashc_hopper_bwd_advance(at, blk))
+            turn(flashc_hopper_bwd_dq_counter<BLOCK_M>(p, ws_row0, at.head, at.m_block * BLOCK_M),
+                 flashc_hopper_bwd_dq_rank<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, at.m_block));
+    }
+}
+
 /* The dQ reducer (one thread of the producer warpgroup, when
  * dq_via_smem): once every consumer thread wrote its part of dQ tile
  * step % 2 (and one of them the tile's slot), adds the tile into the
  * float32 accumulator with one bulk reduction, and frees the tile once the
- * reduction has read it (deterministic mode: once it has completed, so
- * that the additions into this CTA's slice happen in order). It runs in
- * the producer's few registers: the consumers work out the addresses. */
+ * reduction has read it. It runs in the producer's few registers: the
+ * consumers work out the addresses. */
 template <int HEAD_DIM, int BLOCK_N>
-static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(bool deterministic, unsigned char *smem,
-                                                                   uint32_t base) {
+static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(unsigned char *smem, uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
     for (int step = 0;; ++step) {
         const int b = step % 2;
@@ -272,13 +333,52 @@ static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(bool determin
         if (slot.bytes == 0) break;
         flashc_bulk_reduce_add_f32(slot.dst, L::dq_tile(base, b), slot.bytes);
         flashc_bulk_commit();
-        if (deterministic)
-            flashc_bulk_wait_all<false>();
-        else
-            flashc_bulk_wait_all<true>();
+        flashc_bulk_wait_all<true>();
         flashc_mbarrier_arrive(L::dq_empty(base, b));
     }
     flashc_bulk_wait_all<false>();
+}
+
+/* Deterministic mode, the same with turns: each reduction waits for this
+ * CTA's turn at its query block and, once completed, counts itself. */
+template <int HEAD_DIM, int BLOCK_N_>
+static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq_in_turn(const flashc_bwd_params &p,
+                                                                           const flashc_fwd_seq &seq, int batch,
+                                                                           int head_k, int chunk,
+                                                                           unsigned char *smem, uint32_t base) {
+    typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
+    int step = 0;
+    flashc_hopper_bwd_for_each_turn<L::BLOCK_M, L::BLOCK_N>(p, seq, batch, head_k, chunk, [&](int *counter, int rank) {
+        const int b = step % 2;
+        flashc_mbarrier_wait(L::dq_full(base, b), (uint32_t)(step / 2) & 1);
+        const flashc_hopper_bwd_dq_slot slot = *L::dq_slot(smem, b);
+        flashc_wait_counter(counter, rank);
+        flashc_bulk_reduce_add_f32(slot.dst, L::dq_tile(base, b), slot.bytes);
+        flashc_bulk_commit();
+        flashc_bulk_wait_all<false>();
+        flashc_release_increment(counter);
+        flashc_mbarrier_arrive(L::dq_empty(base, b));
+        ++step;
+    });
+}
+
+/* Deterministic mode with dQ by the consumers' atomics: the sequencer
+ * (one warp of the producer warpgroup), per query block, waits for this
+ * CTA's turn, lets the consumers add (GO), waits until they have issued
+ * their additions (DONE), and counts them: the release after the barrier
+ * covers the consumers' atomics. */
+template <int HEAD_DIM, int BLOCK_N_>
+static __device__ __forceinline__ void flashc_hopper_bwd_sequence_dq(const flashc_bwd_params &p,
+                                                                     const flashc_fwd_seq &seq, int batch,
+                                                                     int head_k, int chunk, int lane) {
+    typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
+    flashc_hopper_bwd_for_each_turn<L::BLOCK_M, L::BLOCK_N>(p, seq, batch, head_k, chunk, [&](int *counter, int rank) {
+        if (lane == 0) flashc_wait_counter(counter, rank);
+        __syncwarp();
+        flashc_named_barrier_arrive(FLASHC_HOPPER_BWD_BAR_DQ_GO, FLASHC_HOPPER_BWD_SEQUENCED_THREADS);
+        flashc_named_barrier(FLASHC_HOPPER_BWD_BAR_DQ_DONE, FLASHC_HOPPER_BWD_SEQUENCED_THREADS);
+        if (lane == 0) flashc_release_increment(counter);
+    });
 }
 
 /* The consumers' side of one dQ tile hand-over: every consumer thread
@@ -403,7 +503,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
     const int shift = seq.sk - seq.sq;
     const int consumer_thread = threadIdx.x - 128;
     const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
-    float *dq_accum = p.dq_accum + (p.deterministic ? (int64_t)chunk * p.dq_slice_stride : 0);
+    float *dq_accum = p.dq_accum; /* one accumulator (deterministic: ordered additions) */
+    const bool ordered = p.dq_order != nullptr;
     const int wg_key0 = W::key0(warpgroup);                 /* this warpgroup's first key in the block */
     const int warp_key0 = wg_key0 + 16 * warp_in_group;     /* this warp's first key in the block */
     const int wg_query0 = W::query0(warpgroup);             /* its first query of S^T in the query block */
@@ -561,6 +662,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                  * inside d (a multiple of 8: four columns are all inside
                  * or all outside). */
                 float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
+                if (ordered) flashc_named_barrier(FLASHC_HOPPER_BWD_BAR_DQ_GO, FLASHC_HOPPER_BWD_SEQUENCED_THREADS);
                 const int odd = lane & 1;
                 const int row = dq_query0 + 16 * warp_in_group + 8 * odd + lane / 4;
 #pragma unroll
@@ -574,6 +676,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                         flashc_red_add_f32x4(dq_rows + (int64_t)row * p.fwd.head_dim + col, odd ? got0 : a[0],
                                              odd ? got1 : a[1], odd ? a[2] : got0, odd ? a[3] : got1);
                 }
+                if (ordered)
+                    flashc_named_barrier_arrive(FLASHC_HOPPER_BWD_BAR_DQ_DONE, FLASHC_HOPPER_BWD_SEQUENCED_THREADS);
             }
         }
         /* every read of K and V for this key block has completed (every
@@ -623,6 +727,8 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
      * under a causal mask (hopper_schedule.h) */
     int chunk, pair;
     flashc_hopper_tile(sched, blockIdx.x, &chunk, &pair);
+    /* deterministic: the last key blocks start first (their CTAs add first) */
+    if (p.dq_order) chunk = sched.ranks - 1 - chunk;
     const int head_k = pair % p.fwd.nheads_k, batch = pair / p.fwd.nheads_k;
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
     if (chunk * L::BLOCK_N >= seq.sk) return; /* no key block: nothing to write */
@@ -647,8 +753,15 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     if (warp < 4) {
         flashc_setmaxnreg_dec<FLASHC_HOPPER_BWD_PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) flashc_hopper_bwd_produce<HEAD_DIM, BLOCK_N>(maps, p, seq, batch, head_k, chunk, base);
-        if (threadIdx.x == 32 && L::dq_via_smem(p))
-            flashc_hopper_bwd_reduce_dq<HEAD_DIM, BLOCK_N>(p.deterministic, smem_raw + (base - raw_addr), base);
+        unsigned char *smem = smem_raw + (base - raw_addr);
+        if (threadIdx.x == 32 && L::dq_via_smem(p)) {
+            if (p.dq_order)
+                flashc_hopper_bwd_reduce_dq_in_turn<HEAD_DIM, BLOCK_N>(p, seq, batch, head_k, chunk, smem, base);
+            else
+                flashc_hopper_bwd_reduce_dq<HEAD_DIM, BLOCK_N>(smem, base);
+        }
+        if (warp == 1 && p.dq_order && !L::dq_via_smem(p))
+            flashc_hopper_bwd_sequence_dq<HEAD_DIM, BLOCK_N>(p, seq, batch, head_k, chunk, threadIdx.x % 32);
     } else {
         flashc_setmaxnreg_inc<FLASHC_HOPPER_BWD_CONSUMER_REGISTERS>();
         flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,

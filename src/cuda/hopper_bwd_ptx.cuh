@@ -3,7 +3,8 @@
  * and K as stored, keys x head dim) or K-major (P^T, dS^T from shared
  * memory), the plain bulk copy that brings the
  * LSE / D rows in on the same mbarrier as the Q / dO tiles, and the bulk
- * and vector reductions that add dQ into its float32 accumulator. */
+ * and vector reductions that add dQ into its float32 accumulator, and the
+ * counters that order the CTAs' additions in deterministic mode. */
 #ifndef FLASHC_CUDA_HOPPER_BWD_PTX_CUH
 #define FLASHC_CUDA_HOPPER_BWD_PTX_CUH
 
@@ -92,6 +93,41 @@ static __device__ __forceinline__ void flashc_wgmma_ss_bmn(float *d, uint64_t de
     if constexpr (N == 32) flashc_wgmma_ss_bmn_n32<T, TRANS_A>(d, desc_a, desc_b, scale_d);
     if constexpr (N == 64) flashc_wgmma_ss_bmn_n64<T, TRANS_A>(d, desc_a, desc_b, scale_d);
     if constexpr (N == 128) flashc_wgmma_ss_bmn_n128<T, TRANS_A>(d, desc_a, desc_b, scale_d);
+}
+
+/* Ordered additions across CTAs (deterministic dQ): wait until *counter
+ * reads `value` (acquire: what the CTAs before wrote is visible after it).
+ * A counter that never gets there would mean a CTA before this one never
+ * ran (the hardware starts CTAs in blockIdx order, so it cannot happen on
+ * a GPU of its own): after two seconds the wait gives up rather than hang,
+ * and the sums stay right, only their order unfixed. */
+static __device__ __forceinline__ void flashc_wait_counter(const int *counter, int value) {
+    uint64_t start = 0;
+    for (unsigned polls = 1;; ++polls) {
+        int v;
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+        if (v == value) break;
+        if (polls % 1024 == 0) {
+            uint64_t now;
+            asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now));
+            if (start == 0)
+                start = now;
+            else if (now - start > 2000000000ull)
+                break;
+        }
+    }
+    /* the bulk reductions after it are in the async proxy */
+    asm volatile("fence.proxy.async;\n" ::: "memory");
+}
+
+/* *counter += 1, released after every write of this thread and (through
+ * a barrier before it) of the threads it synchronised with, including
+ * completed bulk reductions. */
+static __device__ __forceinline__ void flashc_release_increment(int *counter) {
+    asm volatile("fence.proxy.async;\n"
+                 "fence.acq_rel.gpu;\n"
+                 "red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
+                 : "memory");
 }
 
 #endif

@@ -23,14 +23,10 @@ static flashc_encode_tiled_fn encode_tiled(void) {
     return fn;
 }
 
-bool flashc_hopper_current_device(void) {
+bool flashc_hopper_device(int dev) {
     enum { MAX_DEVICES = 64 };
     static int known[MAX_DEVICES]; /* 0 unknown, 1 Hopper, 2 not */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
-        cudaGetLastError();
-        return false;
-    }
+    if (dev < 0) return false;
     if (dev < MAX_DEVICES && known[dev]) return known[dev] == 1;
     int major = 0, minor = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -41,6 +37,15 @@ bool flashc_hopper_current_device(void) {
     const bool hopper = major == 9 && minor == 0;
     if (dev < MAX_DEVICES) known[dev] = hopper ? 1 : 2;
     return hopper;
+}
+
+bool flashc_hopper_current_device(void) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return flashc_hopper_device(dev);
 }
 
 /* A stride of a dimension of extent 1 is never used, but TMA still wants

@@ -9,7 +9,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-/* Compute capability 9.0 (sm_90a code runs there and nowhere else). */
+/* Device dev (or the current device) is of compute capability 9.0, where
+ * sm_90a code runs and nowhere else. */
+bool flashc_hopper_device(int dev);
 bool flashc_hopper_current_device(void);
 
 /* A 4-d map over (head dim, rows, heads, batch) of 16-bit elements with
