@@ -13,6 +13,7 @@
  * CPU backend unless the case says otherwise.
  *
  * Where no GPU is usable (CI), every test is skipped. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -255,6 +256,49 @@ static void deterministic_key_block_walk(void **state) {
     tcuda_run_cases("cuda backward deterministic key-block walk", cfgs, n, 1);
 }
 
+/* ---- GQA head splits ----------------------------------------------------- */
+
+/* The Hopper kernel may split a kv head's group of query heads over CTAs
+ * (float32 dK / dV partials, then summed in split order by one more
+ * kernel; the plan's choice depends on the problem's size, so it is forced
+ * here through FLASHC_CUDA_BWD_HEAD_SPLITS to each divisor of the group):
+ * causal, varlen with seqused_k and a window, softcap at head dim 256,
+ * deterministic mode with its ordered dQ. On other GPUs the variable does
+ * nothing and the cases run as any others. */
+static void gqa_head_splits(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const char *forced[] = {"1", "2", "4", "8"};
+    int n = 0;
+    test_config c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 2, 8, 1, 128, 128, 300, 500);
+    c.options.causal = 1;
+    c.with_dlse = 1;
+    cfgs[n++] = c;
+    c = varlen_config(FLASHC_DTYPE_FLOAT16, 7, lengths, lengths_rotated, 64, 64);
+    c.nheads = 8;
+    c.nheads_k = 2;
+    c.options.window_left = 40;
+    c.options.window_right = 10;
+    c.options.deterministic = 1;
+    c.use_seqused_k = 1;
+    for (int b = 0; b < 7; ++b) c.seqused_k[b] = c.lens_k[b] * 3 / 4;
+    cfgs[n++] = c;
+    c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 1, 8, 2, 256, 256, 200, 130);
+    c.options.softcap = 4.0;
+    cfgs[n++] = c;
+    c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 1, 8, 1, 96, 96, 333, 333);
+    c.options.deterministic = 1;
+    c.options.causal = 1;
+    cfgs[n++] = c;
+    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; ++i) {
+        setenv("FLASHC_CUDA_BWD_HEAD_SPLITS", forced[i], 1);
+        char name[96];
+        snprintf(name, sizeof name, "cuda backward GQA head splits %s", forced[i]);
+        tcuda_run_cases(name, cfgs, n, 1);
+    }
+    unsetenv("FLASHC_CUDA_BWD_HEAD_SPLITS");
+}
+
 /* ---- Rows that see no key ---------------------------------------------- */
 
 /* LSE = +inf rows: gradients exactly 0 (the reference's), never NaN; keys
@@ -464,6 +508,7 @@ int main(void) {
         cmocka_unit_test(deterministic_bit_identical),
         cmocka_unit_test(dkdv_stable_with_atomics),
         cmocka_unit_test(deterministic_key_block_walk),
+        cmocka_unit_test(gqa_head_splits),
         cmocka_unit_test(fully_masked_rows),
         cmocka_unit_test(large_magnitudes),
         cmocka_unit_test(long_sequences),

@@ -4,6 +4,7 @@
  * caller's stream and device. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cuda_runtime.h>
 
@@ -181,12 +182,40 @@ static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_b
     k.deterministic = p->deterministic != 0;
     k.dq_order = plan->dq_order_rows ? (int *)(ws + L->dq_order_offset) : nullptr;
     k.dq_order_rows = plan->dq_order_rows;
+    k.head_splits = plan->head_splits;
+    k.dk_part = plan->head_splits > 1 ? (float *)(ws + L->dk_part_offset) : nullptr;
+    k.dv_part = plan->head_splits > 1 ? (float *)(ws + L->dv_part_offset) : nullptr;
+    k.part_rows = L->part_rows;
     return k;
 }
 
-/* The plan of the kernel that will run (bwd_workspace.h). */
+/* Multiprocessors of device dev (0 if unknown), asked once per device. */
+static int device_sms(int dev) {
+    enum { MAX_DEVICES = 64 };
+    static int known[MAX_DEVICES];
+    if (dev < 0) return 0;
+    if (dev < MAX_DEVICES && known[dev]) return known[dev];
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (dev < MAX_DEVICES) known[dev] = sms;
+    return sms;
+}
+
+/* The plan of the kernel that will run (bwd_workspace.h). The environment
+ * variable FLASHC_CUDA_BWD_HEAD_SPLITS, a divisor of the GQA group, fixes
+ * the Hopper kernel's head splits (for benchmarks of the choice). */
 static flashc_bwd_plan backward_plan(const flashc_problem *p) {
-    return flashc_bwd_plan_of(p, flashc_hopper_bwd_applies(p));
+    flashc_bwd_plan plan = flashc_bwd_plan_of(p, flashc_hopper_bwd_applies(p), device_sms(p->device_index));
+    const char *forced = getenv("FLASHC_CUDA_BWD_HEAD_SPLITS");
+    const int64_t group = p->nheads_k > 0 ? p->nheads / p->nheads_k : 1;
+    if (forced && plan.head_splits >= 1 && flashc_hopper_bwd_applies(p)) {
+        const long s = strtol(forced, nullptr, 10);
+        if (s >= 1 && s <= group && group % s == 0) plan.head_splits = (int)s;
+    }
+    return plan;
 }
 
 static cudaError_t backward_body(const void *arg) {

@@ -1,14 +1,38 @@
 /* The backward's last passes: dQ from its float32 accumulator (the slices
  * summed in slice order, times the softmax scale, rounded to the output
- * dtype) over the same tile_m-row tiles as the preprocess, and, for varlen
- * problems, zeros on the packed rows no sequence covers (dq, dk, dv) and on
- * keys past seqused_k (dk, dv). */
+ * dtype) over the same tile_m-row tiles as the preprocess; dK and dV from
+ * the head splits' partials (Hopper path); and, for varlen problems, zeros
+ * on the packed rows no sequence covers (dq, dk, dv) and on keys past
+ * seqused_k (dk, dv). */
 #include "bwd_launch.h"
 #include "bwd_rows.cuh"
 #include "ptx.cuh"
 #include "launch_grid.h"
 
 #define FLASHC_BWD_CONVERT_THREADS 128
+
+/* Sum of `splits` partials of 8 floats `stride` apart, in split order. */
+static __device__ __forceinline__ void flashc_sum8(const float *src, int64_t stride, int splits, float4 &lo,
+                                                   float4 &hi) {
+    lo = *reinterpret_cast<const float4 *>(src);
+    hi = *reinterpret_cast<const float4 *>(src + 4);
+    for (int s = 1; s < splits; ++s) {
+        const float4 a = *reinterpret_cast<const float4 *>(src + s * stride);
+        const float4 b = *reinterpret_cast<const float4 *>(src + s * stride + 4);
+        lo.x += a.x, lo.y += a.y, lo.z += a.z, lo.w += a.w;
+        hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
+    }
+}
+
+template <typename T>
+static __device__ __forceinline__ uint4 flashc_pack8(float4 lo, float4 hi, float k) {
+    uint4 out;
+    out.x = flashc_pack2<T>(lo.x * k, lo.y * k);
+    out.y = flashc_pack2<T>(lo.z * k, lo.w * k);
+    out.z = flashc_pack2<T>(hi.x * k, hi.y * k);
+    out.w = flashc_pack2<T>(hi.z * k, hi.w * k);
+    return out;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert_dq_kernel(const flashc_bwd_params p) {
@@ -26,20 +50,9 @@ __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert
     const int octets = p.fwd.head_dim / 8;
     for (int idx = threadIdx.x; idx < rows * octets; idx += FLASHC_BWD_CONVERT_THREADS) {
         const int r = idx / octets, c = 8 * (idx % octets);
-        const float *src = acc + (int64_t)r * p.fwd.head_dim + c;
-        float4 lo = *reinterpret_cast<const float4 *>(src), hi = *reinterpret_cast<const float4 *>(src + 4);
-        for (int s = 1; s < p.dq_slices; ++s) {
-            const float4 a = *reinterpret_cast<const float4 *>(src + s * p.dq_slice_stride);
-            const float4 b = *reinterpret_cast<const float4 *>(src + s * p.dq_slice_stride + 4);
-            lo.x += a.x, lo.y += a.y, lo.z += a.z, lo.w += a.w;
-            hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
-        }
-        const float k = p.scale;
-        uint4 out;
-        out.x = flashc_pack2<T>(lo.x * k, lo.y * k);
-        out.y = flashc_pack2<T>(lo.z * k, lo.w * k);
-        out.z = flashc_pack2<T>(hi.x * k, hi.y * k);
-        out.w = flashc_pack2<T>(hi.z * k, hi.w * k);
+        float4 lo, hi;
+        flashc_sum8(acc + (int64_t)r * p.fwd.head_dim + c, p.dq_slice_stride, p.dq_slices, lo, hi);
+        const uint4 out = flashc_pack8<T>(lo, hi, p.scale);
         T *dst = reinterpret_cast<T *>(p.dq) + batch * p.dq_batch_stride + (seq.q_start + m0 + r) * p.dq_row_stride +
                  head * p.dq_head_stride + c;
         *reinterpret_cast<uint4 *>(dst) = out;
@@ -55,6 +68,58 @@ cudaError_t flashc_bwd_convert_dq(const flashc_bwd_params *p, int is_bf16, void 
         flashc_bwd_convert_dq_kernel<__nv_bfloat16><<<grid, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
     else
         flashc_bwd_convert_dq_kernel<__half><<<grid, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
+    return cudaGetLastError();
+}
+
+/* ---- dK and dV from the head splits' partials ----------------------------- */
+
+#define FLASHC_BWD_COMBINE_KEYS 64
+
+/* One CTA per (64 keys, kv head, sequence): the keys the main kernel
+ * covered (those of the sequence), every column of dK and dV. */
+template <typename T>
+__global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_combine_dkv_kernel(const flashc_bwd_params p) {
+    const int k_blocks = (p.fwd.seqlen_k + FLASHC_BWD_COMBINE_KEYS - 1) / FLASHC_BWD_COMBINE_KEYS;
+    const int k_block = (int)(blockIdx.x % k_blocks);
+    const int head_k = (int)(blockIdx.x / k_blocks % p.fwd.nheads_k);
+    const int batch = (int)(blockIdx.x / k_blocks / p.fwd.nheads_k);
+    const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
+    const int n0 = k_block * FLASHC_BWD_COMBINE_KEYS;
+    if (n0 >= seq.sk) return;
+    const int keys = min(FLASHC_BWD_COMBINE_KEYS, seq.sk - n0);
+    const int64_t row0 = (p.fwd.cu_seqlens_q ? 0 : (int64_t)batch * p.fwd.seqlen_k) + seq.k_start + n0;
+    const int hk = p.fwd.nheads_k, d = p.fwd.head_dim, dv = p.fwd.head_dim_v;
+    const int k_oct = d / 8, items = keys * (k_oct + dv / 8);
+    for (int idx = threadIdx.x; idx < items; idx += FLASHC_BWD_CONVERT_THREADS) {
+        const bool is_k = idx < keys * k_oct;
+        const int width = is_k ? d : dv, rest = is_k ? idx : idx - keys * k_oct;
+        const int r = rest / (width / 8), c = 8 * (rest % (width / 8));
+        const int64_t part_row = (row0 + r) * hk + head_k;
+        float4 lo, hi;
+        flashc_sum8((is_k ? p.dk_part : p.dv_part) + part_row * width + c, p.part_rows * hk * width, p.head_splits,
+                    lo, hi);
+        if (is_k) {
+            T *dst = reinterpret_cast<T *>(p.dk) + batch * p.dk_batch_stride + (seq.k_start + n0 + r) * p.dk_row_stride +
+                     head_k * p.dk_head_stride + c;
+            *reinterpret_cast<uint4 *>(dst) = flashc_pack8<T>(lo, hi, p.scale);
+        } else {
+            T *dst = reinterpret_cast<T *>(p.dv) + batch * p.dv_batch_stride + (seq.k_start + n0 + r) * p.dv_row_stride +
+                     head_k * p.dv_head_stride + c;
+            *reinterpret_cast<uint4 *>(dst) = flashc_pack8<T>(lo, hi, 1.0f);
+        }
+    }
+}
+
+cudaError_t flashc_bwd_combine_dkv(const flashc_bwd_params *p, int is_bf16, void *stream) {
+    unsigned grid;
+    cudaError_t err = flashc_flat_grid((p->fwd.seqlen_k + FLASHC_BWD_COMBINE_KEYS - 1) / FLASHC_BWD_COMBINE_KEYS,
+                                       p->fwd.nheads_k, p->fwd.batch, &grid);
+    if (err != cudaSuccess || grid == 0) return err;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (is_bf16)
+        flashc_bwd_combine_dkv_kernel<__nv_bfloat16><<<grid, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
+    else
+        flashc_bwd_combine_dkv_kernel<__half><<<grid, FLASHC_BWD_CONVERT_THREADS, 0, s>>>(*p);
     return cudaGetLastError();
 }
 

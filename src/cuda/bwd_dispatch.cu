@@ -6,18 +6,20 @@
 
 cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config) {
     const cudaError_t hopper = flashc_hopper_bwd(p, stream, is_bf16);
+    if (hopper == cudaSuccess && p->head_splits > 1) return flashc_bwd_combine_dkv(p, is_bf16, stream);
     if (hopper != cudaErrorNotSupported) return hopper;
-    flashc_bwd_params portable;
+    /* A plan for the Hopper kernel, which declined (the tensors did not
+     * suit TMA): the portable kernel walks whole groups and writes dK, dV
+     * itself. Deterministic: one dQ accumulator there, no slices; one CTA
+     * per (sequence, kv head), which alone adds into its query heads' dQ
+     * rows, is deterministic: slow, but right. */
+    flashc_bwd_params portable = *p;
+    portable.head_splits = 1;
     if (p->dq_order) {
-        /* A deterministic plan for the Hopper kernel, which declined (the
-         * tensors did not suit TMA): one dQ accumulator, no slices. One
-         * CTA per (sequence, kv head), which alone adds into its query
-         * heads' dQ rows, is deterministic there: slow, but right. */
-        portable = *p;
         portable.nchunks = 1;
         portable.dq_order = nullptr;
-        p = &portable;
     }
+    p = &portable;
 #define FLASHC_BWD_TRY_CONFIG(HEAD_DIM, BM, BN, W, SWM, KVWN, QWM, DQC) \
     if (head_dim_config == HEAD_DIM) return flashc_bwd_run_hdim##HEAD_DIM(p, stream, is_bf16);
     FLASHC_BWD_CONFIGS(FLASHC_BWD_TRY_CONFIG)

@@ -25,6 +25,10 @@ cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is
 /* dq = scale * (sum of the dQ slices, in slice order), in the output dtype. */
 cudaError_t flashc_bwd_convert_dq(const flashc_bwd_params *p, int is_bf16, void *stream);
 
+/* dk = scale * (sum of the head splits' partials), dv = their sum, in split
+ * order, on every key of every sequence (p->head_splits > 1). */
+cudaError_t flashc_bwd_combine_dkv(const flashc_bwd_params *p, int is_bf16, void *stream);
+
 /* Varlen: dq rows outside every sequence, dk / dv rows outside every
  * sequence or past seqused_k get zeros. */
 cudaError_t flashc_bwd_zero_unused_rows(const flashc_bwd_params *p, int is_bf16, void *stream);

@@ -44,6 +44,14 @@ typedef struct flashc_bwd_params {
      * (zeroed by the preprocess); nchunks covers every key block. */
     int *dq_order;
     int dq_order_rows;
+    /* Hopper path: CTAs per (key block, kv head), each walking a share of
+     * the group's query heads; above 1 they write float32 partials of dK
+     * (unscaled) and dV, [head_splits][part_rows][nheads_k][head_dim or
+     * head_dim_v], part_rows the packed key rows (batch * seqlen_k, or
+     * total_k), which flashc_bwd_combine_dkv sums in split order. */
+    int head_splits;
+    float *dk_part, *dv_part;
+    int64_t part_rows;
 } flashc_bwd_params;
 
 #endif

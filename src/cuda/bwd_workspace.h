@@ -8,6 +8,8 @@
  *   dq_order  [nheads][ws_rows / dq_order_rows]    int32    deterministic on the Hopper path only:
  *                                                           per query block, the key blocks that
  *                                                           have added into its dQ rows
+ *   dk_part   [head_splits][key rows][hk][d]       float32  Hopper path with head splits > 1 only:
+ *   dv_part   [head_splits][key rows][hk][dv]      float32  each split's dK (unscaled) and dV
  *
  * ws_rows = flashc_padded_rows(total_q, batch, tile_m): sequence b's rows
  * start at flashc_padded_row_offset(first row of b, b, tile_m) (batched
@@ -28,6 +30,7 @@
 #include "../core/semantics.h"
 #include "bwd_config.h"
 #include "hopper_bwd_config.h"
+#include "hopper_schedule.h"
 
 /* Deterministic mode on the Hopper path: one key block per CTA and one
  * accumulator, the CTAs' additions into a query block's dQ rows in a
@@ -51,20 +54,78 @@ typedef struct flashc_bwd_plan {
     int dq_slices;      /* 1, or nchunks when deterministic on the portable path */
     int dq_order_rows;  /* deterministic on the Hopper path: query rows per dq_order entry (its
                            BLOCK_M); else 0 */
+    int head_splits;    /* Hopper path: CTAs sharing one (key block, kv head)'s query heads */
 } flashc_bwd_plan;
 
 typedef struct flashc_bwd_layout {
     int64_t ws_rows;
     int64_t dq_slice_stride; /* floats */
     int64_t dq_order_entries;
-    size_t lse2_offset, dsum_offset, dq_offset, dq_order_offset, bytes;
+    int64_t part_rows; /* key rows of the dK / dV partials */
+    size_t lse2_offset, dsum_offset, dq_offset, dq_order_offset, dk_part_offset, dv_part_offset, bytes;
 } flashc_bwd_layout;
 
 static inline size_t flashc_bwd_align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* hopper: the Hopper kernel will run the problem (flashc_hopper_bwd_applies). */
-static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool hopper) {
-    flashc_bwd_plan plan = {0, 0, 0, 0, 1, 1, 0};
+/* Head splits: at most this many bytes of dK / dV partials. */
+#define FLASHC_BWD_PARTS_CAP ((int64_t)1 << 30)
+
+/* The Hopper kernel's head splits (p.head_splits). A CTA walks every query
+ * head of its kv head's group, so with GQA there are group times fewer
+ * tiles, each group times longer, than without. Splitting the group over
+ * S CTAs (S a divisor of it) costs float32 partials of dK and dV, written
+ * once and summed by one more kernel (2 S times their bytes of traffic).
+ * Two cases pay for it (measured on the H200, bench/NOTES.md b15):
+ *   - too few tiles for the GPU (fewer than two per SM): the smallest S
+ *     that gives two per SM (GQA 4 at 4k, batch 1: 1.58x);
+ *   - under a causal mask or a window, few tiles per L2 section
+ *     (hopper_schedule.h: the longest tiles of a section start first, but
+ *     with a section of one or two pairs the last section's long tiles
+ *     still run alone at the end): S = 2, or 4 while a section still holds
+ *     fewer tiles than half the SMs (GQA 8 at 4k, batch 2, causal: 1.18x
+ *     at S = 4; GQA 4 at 8k, batch 1: 1.19x at S = 2), as long as the
+ *     partials' traffic stays under 6 % of the kernel's estimated time. */
+static inline int flashc_bwd_head_splits(const flashc_problem *p, int64_t key_blocks, int block_m, int sms) {
+    const int64_t group = p->nheads_k > 0 ? p->nheads / p->nheads_k : 1;
+    if (group <= 1 || sms <= 0 || key_blocks <= 0) return 1;
+    (void)block_m;
+    const int64_t pairs = p->nheads_k * p->batch, ctas = key_blocks * pairs;
+    const int64_t key_rows = p->is_varlen ? p->total_k : p->batch * p->seqlen_k;
+    const int64_t split_bytes = key_rows * p->nheads_k * (p->head_dim + p->head_dim_v) * (int64_t)sizeof(float);
+    if (ctas < 2 * (int64_t)sms) {
+        for (int64_t s = 2; s <= group; ++s) {
+            if (group % s != 0) continue;
+            if (s * split_bytes > FLASHC_BWD_PARTS_CAP) return 1;
+            if (ctas * s >= 2 * (int64_t)sms || s == group) return (int)s;
+        }
+        return 1;
+    }
+    if (p->window_left < 0 && p->window_right < 0) return 1;
+    /* tiles per L2 section with s splits (the launch's section rule) */
+    const int64_t row_bytes = (p->head_dim + p->head_dim_v) * 2 + p->head_dim * 4;
+    auto section_tiles = [&](int64_t s) {
+        const int64_t pair_bytes = p->seqlen_q * ((group + s - 1) / s) * row_bytes;
+        int64_t per = pair_bytes > 0 ? FLASHC_HOPPER_L2_SECTION_BYTES / pair_bytes : pairs * s;
+        if (per > pairs * s) per = pairs * s;
+        if (per < 1) per = 1;
+        return per * key_blocks;
+    };
+    /* the kernel at about 400 TFLOP/s (half the work under a causal mask),
+     * the partials at about 3 TB/s */
+    const double kernel_s = 2.5 * 4.0 * (double)p->batch * (double)p->nheads * (double)p->seqlen_q *
+                            (double)p->seqlen_k * (double)(p->head_dim + p->head_dim_v) / 2.0 * 0.5 / 4e14;
+    auto affordable = [&](int64_t s) {
+        return s * split_bytes <= FLASHC_BWD_PARTS_CAP && 2.0 * (double)(s * split_bytes) / 3e12 <= 0.06 * kernel_s;
+    };
+    if (section_tiles(1) >= 2 * (int64_t)sms || group % 2 != 0 || !affordable(2)) return 1;
+    if (group % 4 == 0 && section_tiles(2) < sms / 2 && affordable(4)) return 4;
+    return 2;
+}
+
+/* hopper: the Hopper kernel will run the problem (flashc_hopper_bwd_applies);
+ * sms: the device's multiprocessors. */
+static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool hopper, int sms) {
+    flashc_bwd_plan plan = {0, 0, 0, 0, 1, 1, 0, 1};
     const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
 #define FLASHC_BWD_PICK(D, BM, BN, W, SWM, KVWN, QWM, DQC)                                   \
     if (plan.head_dim == 0 && d <= D) {                                                       \
@@ -93,7 +154,12 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
         if (chunks < 1) chunks = 1;
         plan.dq_slices = (int)chunks;
     }
-    /* the grid holds nchunks * batch * nheads_k CTAs, checked at launch */
+    if (hopper) {
+        const int hopper_n = flashc_hopper_bwd_block_n(d);
+        plan.head_splits = flashc_bwd_head_splits(p, (p->seqlen_k + hopper_n - 1) / hopper_n,
+                                                  flashc_hopper_bwd_block_m(d), sms);
+    }
+    /* the grid holds nchunks * batch * nheads_k (* head_splits) CTAs, checked at launch */
     plan.nchunks = chunks > 0x7fffffff ? 0x7fffffff : (int)chunks;
     return plan;
 }
@@ -109,7 +175,11 @@ static inline flashc_bwd_layout flashc_bwd_layout_of(const flashc_problem *p, co
     L.dq_order_offset = L.dq_offset +
                         flashc_bwd_align256((size_t)plan->dq_slices * (size_t)L.dq_slice_stride * sizeof(float));
     L.dq_order_entries = plan->dq_order_rows ? p->nheads * L.ws_rows / plan->dq_order_rows : 0;
-    L.bytes = L.dq_order_offset + flashc_bwd_align256((size_t)L.dq_order_entries * sizeof(int32_t));
+    L.part_rows = p->is_varlen ? p->total_k : p->batch * p->seqlen_k;
+    const size_t parts = plan->head_splits > 1 ? (size_t)plan->head_splits * (size_t)L.part_rows * (size_t)p->nheads_k : 0;
+    L.dk_part_offset = L.dq_order_offset + flashc_bwd_align256((size_t)L.dq_order_entries * sizeof(int32_t));
+    L.dv_part_offset = L.dk_part_offset + flashc_bwd_align256(parts * (size_t)p->head_dim * sizeof(float));
+    L.bytes = L.dv_part_offset + flashc_bwd_align256(parts * (size_t)p->head_dim_v * sizeof(float));
     return L;
 }
 

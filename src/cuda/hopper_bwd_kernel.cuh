@@ -4,8 +4,8 @@
  *
  * One CTA owns BLOCK_N keys of one (sequence, kv head), with K and V in
  * shared memory and dK, dV in registers, and walks every query head of the
- * kv head's group and every BLOCK_M-row query block that sees its
- * keys, in three warpgroups:
+ * kv head's group (or, with head splits, its share of them) and every
+ * BLOCK_M-row query block that sees its keys, in three warpgroups:
  *   - warpgroup 0, the producer: one lane issues every copy: K and V once
  *     per key block, then Q, dO and their LSE2 / D rows into a two-stage
  *     ring, each stage refilled once both consumers released it;
@@ -171,20 +171,38 @@ struct flashc_hopper_bwd_smem {
     static __device__ bool dq_via_smem(const flashc_bwd_params &p) { return DQ_IN_SMEM && p.fwd.head_dim == HEAD_DIM; }
 };
 
+/* The query heads a CTA walks: its kv head's group, or with head splits
+ * (p.head_splits > 1) share `split` of them; the CTA then leaves float32
+ * partials of dK and dV for flashc_bwd_combine_dkv to sum. */
+typedef struct flashc_hopper_bwd_heads {
+    int first, count, split;
+} flashc_hopper_bwd_heads;
+
+static __device__ __forceinline__ flashc_hopper_bwd_heads flashc_hopper_bwd_heads_of(const flashc_bwd_params &p,
+                                                                                     int head_k, int split) {
+    const int group = p.fwd.nheads / p.fwd.nheads_k;
+    const int lo = split * group / p.head_splits, hi = (split + 1) * group / p.head_splits;
+    flashc_hopper_bwd_heads h;
+    h.first = head_k * group + lo;
+    h.count = hi - lo;
+    h.split = split;
+    return h;
+}
+
 /* The query blocks that see key block n_block of a sequence: iteration it
- * of the key block is query head head_k * group + it / m_count, rows
+ * of the key block is query head heads.first + it / m_count, rows
  * (m_first + it % m_count) * BLOCK_M on. Producer and consumers walk the
  * same list. */
 typedef struct flashc_hopper_bwd_block {
     int n0, keys;          /* first key, keys of the block inside the sequence */
     int m_first, m_count;  /* query blocks that see any of the keys */
-    int iters;             /* group * m_count */
+    int iters;             /* heads * m_count */
 } flashc_hopper_bwd_block;
 
 template <int BLOCK_M, int BLOCK_N>
 static __device__ __forceinline__ flashc_hopper_bwd_block flashc_hopper_bwd_block_of(const flashc_fwd_params &p,
                                                                                      const flashc_fwd_seq &seq,
-                                                                                     int n_block, int group) {
+                                                                                     int n_block, int heads) {
     flashc_hopper_bwd_block b;
     b.n0 = n_block * BLOCK_N;
     b.keys = min(BLOCK_N, seq.sk - b.n0);
@@ -192,21 +210,21 @@ static __device__ __forceinline__ flashc_hopper_bwd_block flashc_hopper_bwd_bloc
     flashc_bwd_rows_seeing(b.n0, b.n0 + b.keys, seq.sq, seq.sk, p.window_left, p.window_right, &first_row, &last_row);
     b.m_first = first_row / BLOCK_M;
     b.m_count = last_row >= first_row ? last_row / BLOCK_M - b.m_first + 1 : 0;
-    b.iters = group * b.m_count;
+    b.iters = heads * b.m_count;
     return b;
 }
 
 /* The walk over a key block's list: iteration it is query head
- * head_k * group + it / m_count, query block m_first + it % m_count, kept
- * as two counters (no division per step). */
+ * first_head + it / m_count, query block m_first + it % m_count, kept as
+ * two counters (no division per step). */
 typedef struct flashc_hopper_bwd_cursor {
     int head, m_block;
 } flashc_hopper_bwd_cursor;
 
 static __device__ __forceinline__ flashc_hopper_bwd_cursor flashc_hopper_bwd_walk(const flashc_hopper_bwd_block &blk,
-                                                                                  int head_k, int group) {
+                                                                                  int first_head) {
     flashc_hopper_bwd_cursor c;
-    c.head = head_k * group;
+    c.head = first_head;
     c.m_block = blk.m_first;
     return c;
 }
@@ -253,16 +271,17 @@ template <int HEAD_DIM, int BLOCK_N_>
 static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_hopper_bwd_maps &maps,
                                                                  const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
-                                                                 int chunk, uint32_t base) {
+                                                                 flashc_hopper_bwd_heads heads, int chunk,
+                                                                 uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
     constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
-    const int group = p.fwd.nheads / p.fwd.nheads_k;
     /* varlen maps have one batch entry and count rows in the packed tensor */
     const int map_batch = p.fwd.cu_seqlens_q ? 0 : batch;
     const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
     int loaded = 0, step = 0;
     for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
-        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, group);
+        const flashc_hopper_bwd_block blk =
+            flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, heads.count);
         if (blk.iters == 0) continue;
         flashc_mbarrier_wait(L::kv_empty(base), (loaded & 1) ^ 1);
         flashc_mbarrier_expect_bytes(L::kv_full(base), 2 * L::KV_BYTES);
@@ -275,7 +294,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
                                L::kv_full(base));
         }
         ++loaded;
-        flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, head_k, group);
+        flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, heads.first);
         for (int it = 0; it < blk.iters; ++it, ++step, flashc_hopper_bwd_advance(at, blk)) {
             const int s = step % L::STAGES;
             const uint32_t phase = (uint32_t)(step / L::STAGES) & 1;
@@ -305,12 +324,13 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
 template <int BLOCK_M, int BLOCK_N, typename Turn>
 static __device__ __forceinline__ void flashc_hopper_bwd_for_each_turn(const flashc_bwd_params &p,
                                                                        const flashc_fwd_seq &seq, int batch,
-                                                                       int head_k, int chunk, Turn turn) {
-    const int group = p.fwd.nheads / p.fwd.nheads_k;
+                                                                       flashc_hopper_bwd_heads heads, int chunk,
+                                                                       Turn turn) {
     const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
     for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
-        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, group);
-        flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, head_k, group);
+        const flashc_hopper_bwd_block blk =
+            flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, heads.count);
+        flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, heads.first);
         for (int it = 0; it < blk.iters; ++it, flashc_hopper_bwd_advance(at, blk))
             turn(flashc_hopper_bwd_dq_counter<BLOCK_M>(p, ws_row0, at.head, at.m_block * BLOCK_M),
                  flashc_hopper_bwd_dq_rank<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, at.m_block));
@@ -344,11 +364,11 @@ static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(unsigned char
 template <int HEAD_DIM, int BLOCK_N_>
 static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq_in_turn(const flashc_bwd_params &p,
                                                                            const flashc_fwd_seq &seq, int batch,
-                                                                           int head_k, int chunk,
+                                                                           flashc_hopper_bwd_heads heads, int chunk,
                                                                            unsigned char *smem, uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
     int step = 0;
-    flashc_hopper_bwd_for_each_turn<L::BLOCK_M, L::BLOCK_N>(p, seq, batch, head_k, chunk, [&](int *counter, int rank) {
+    flashc_hopper_bwd_for_each_turn<L::BLOCK_M, L::BLOCK_N>(p, seq, batch, heads, chunk, [&](int *counter, int rank) {
         const int b = step % 2;
         flashc_mbarrier_wait(L::dq_full(base, b), (uint32_t)(step / 2) & 1);
         const flashc_hopper_bwd_dq_slot slot = *L::dq_slot(smem, b);
@@ -370,9 +390,10 @@ static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq_in_turn(const
 template <int HEAD_DIM, int BLOCK_N_>
 static __device__ __forceinline__ void flashc_hopper_bwd_sequence_dq(const flashc_bwd_params &p,
                                                                      const flashc_fwd_seq &seq, int batch,
-                                                                     int head_k, int chunk, int lane) {
+                                                                     flashc_hopper_bwd_heads heads, int chunk,
+                                                                     int lane) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
-    flashc_hopper_bwd_for_each_turn<L::BLOCK_M, L::BLOCK_N>(p, seq, batch, head_k, chunk, [&](int *counter, int rank) {
+    flashc_hopper_bwd_for_each_turn<L::BLOCK_M, L::BLOCK_N>(p, seq, batch, heads, chunk, [&](int *counter, int rank) {
         if (lane == 0) flashc_wait_counter(counter, rank);
         __syncwarp();
         flashc_named_barrier_arrive(FLASHC_HOPPER_BWD_BAR_DQ_GO, FLASHC_HOPPER_BWD_SEQUENCED_THREADS);
@@ -488,8 +509,9 @@ static __device__ __forceinline__ void flashc_hopper_bwd_store_scores(unsigned c
 template <typename T, int HEAD_DIM, int BLOCK_N_, bool GENERAL>
 static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
-                                                                 int chunk, int warpgroup, int warp_in_group,
-                                                                 int lane, unsigned char *smem, uint32_t base) {
+                                                                 flashc_hopper_bwd_heads heads, int chunk,
+                                                                 int warpgroup, int warp_in_group, int lane,
+                                                                 unsigned char *smem, uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
     typedef flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N_> W;
     constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
@@ -499,7 +521,6 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
     constexpr int DQ_ATOMS = DQ_COLS / 8;
     static_assert(Q_ATOMS * 4 <= 64, "dropout: one keep bit per element of the thread's slice");
     typedef typename std::conditional<Q_ATOMS * 4 <= 32, uint32_t, uint64_t>::type keep_bits;
-    const int group = p.fwd.nheads / p.fwd.nheads_k;
     const int shift = seq.sk - seq.sq;
     const int consumer_thread = threadIdx.x - 128;
     const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
@@ -516,7 +537,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
 
     int loaded = 0, step = 0;
     for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
-        const flashc_hopper_bwd_block blk = flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, group);
+        const flashc_hopper_bwd_block blk =
+            flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, heads.count);
         float acc_dk[1][D_ATOMS][4], acc_dv[1][D_ATOMS][4];
         flashc_zero_acc(acc_dk);
         flashc_zero_acc(acc_dv);
@@ -535,7 +557,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
         pos.shift = shift;
         pos.sk = seq.sk;
 
-        flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, head_k, group);
+        flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, heads.first);
         for (int it = 0; it < blk.iters; ++it, ++step, flashc_hopper_bwd_advance(at, blk)) {
             const int s = step % L::STAGES;
             const int head = at.head;
@@ -686,7 +708,32 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
         if (blk.iters > 0) flashc_mbarrier_arrive(L::kv_empty(base));
 
         /* dK * scale and dV, straight from the fragments; keys of the block
-         * no query sees get zeros */
+         * no query sees get zeros. With head splits, this CTA's share:
+         * float32 partials (unscaled), rows of the packed keys. */
+        if (p.head_splits > 1) {
+            const int64_t row0 = (p.fwd.cu_seqlens_q ? 0 : (int64_t)batch * p.fwd.seqlen_k) + seq.k_start + blk.n0;
+            const int64_t part_row0 = ((int64_t)heads.split * p.part_rows + row0) * p.fwd.nheads_k + head_k;
+            float *dkp = p.dk_part + part_row0 * p.fwd.head_dim;
+            float *dvp = p.dv_part + part_row0 * p.fwd.head_dim_v;
+            const int64_t dk_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim;
+            const int64_t dv_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim_v;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int key = warp_key0 + 8 * half + lane / 4;
+                if (key >= blk.keys) continue;
+#pragma unroll
+                for (int j = 0; j < D_ATOMS; ++j) {
+                    const int col = kv_col0 + 8 * j + 2 * (lane % 4);
+                    if (col < p.fwd.head_dim)
+                        *reinterpret_cast<float2 *>(dkp + key * dk_stride + col) =
+                            make_float2(acc_dk[0][j][2 * half], acc_dk[0][j][2 * half + 1]);
+                    if (col < p.fwd.head_dim_v)
+                        *reinterpret_cast<float2 *>(dvp + key * dv_stride + col) =
+                            make_float2(acc_dv[0][j][2 * half], acc_dv[0][j][2 * half + 1]);
+                }
+            }
+            continue;
+        }
         T *dk = reinterpret_cast<T *>(p.dk) + batch * p.dk_batch_stride + (seq.k_start + blk.n0) * p.dk_row_stride +
                 head_k * p.dk_head_stride;
         T *dv = reinterpret_cast<T *>(p.dv) + batch * p.dv_batch_stride + (seq.k_start + blk.n0) * p.dv_row_stride +
@@ -724,12 +771,15 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     const uint32_t base = (raw_addr + 1023u) & ~1023u;
 
     /* the tile: rank 0 is the first chunk, whose keys the most queries see
-     * under a causal mask (hopper_schedule.h) */
+     * under a causal mask (hopper_schedule.h); a pair is a (batch, kv head,
+     * head split) */
     int chunk, pair;
     flashc_hopper_tile(sched, blockIdx.x, &chunk, &pair);
     /* deterministic: the last key blocks start first (their CTAs add first) */
     if (p.dq_order) chunk = sched.ranks - 1 - chunk;
-    const int head_k = pair % p.fwd.nheads_k, batch = pair / p.fwd.nheads_k;
+    const int split = pair % p.head_splits;
+    const int head_k = pair / p.head_splits % p.fwd.nheads_k, batch = pair / p.head_splits / p.fwd.nheads_k;
+    const flashc_hopper_bwd_heads heads = flashc_hopper_bwd_heads_of(p, head_k, split);
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
     if (chunk * L::BLOCK_N >= seq.sk) return; /* no key block: nothing to write */
 
@@ -752,20 +802,22 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     const int warp = threadIdx.x / 32;
     if (warp < 4) {
         flashc_setmaxnreg_dec<FLASHC_HOPPER_BWD_PRODUCER_REGISTERS>();
-        if (threadIdx.x == 0) flashc_hopper_bwd_produce<HEAD_DIM, BLOCK_N>(maps, p, seq, batch, head_k, chunk, base);
+        if (threadIdx.x == 0)
+            flashc_hopper_bwd_produce<HEAD_DIM, BLOCK_N>(maps, p, seq, batch, head_k, heads, chunk, base);
         unsigned char *smem = smem_raw + (base - raw_addr);
         if (threadIdx.x == 32 && L::dq_via_smem(p)) {
             if (p.dq_order)
-                flashc_hopper_bwd_reduce_dq_in_turn<HEAD_DIM, BLOCK_N>(p, seq, batch, head_k, chunk, smem, base);
+                flashc_hopper_bwd_reduce_dq_in_turn<HEAD_DIM, BLOCK_N>(p, seq, batch, heads, chunk, smem, base);
             else
                 flashc_hopper_bwd_reduce_dq<HEAD_DIM, BLOCK_N>(smem, base);
         }
         if (warp == 1 && p.dq_order && !L::dq_via_smem(p))
-            flashc_hopper_bwd_sequence_dq<HEAD_DIM, BLOCK_N>(p, seq, batch, head_k, chunk, threadIdx.x % 32);
+            flashc_hopper_bwd_sequence_dq<HEAD_DIM, BLOCK_N>(p, seq, batch, heads, chunk, threadIdx.x % 32);
     } else {
         flashc_setmaxnreg_inc<FLASHC_HOPPER_BWD_CONSUMER_REGISTERS>();
-        flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL>(p, seq, batch, head_k, chunk, warp / 4 - 1, warp % 4,
-                                                        threadIdx.x % 32, smem_raw + (base - raw_addr), base);
+        flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL>(p, seq, batch, head_k, heads, chunk, warp / 4 - 1,
+                                                                 warp % 4, threadIdx.x % 32,
+                                                                 smem_raw + (base - raw_addr), base);
     }
 #else
     __trap(); /* built without sm_90a: the dispatcher never launches this */

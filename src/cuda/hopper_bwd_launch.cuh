@@ -23,13 +23,13 @@ static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const fl
     static unsigned long long smem_raised;
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;
-    /* tiles: key-block chunks of (batch, kv head) pairs, which share the
-     * group's Q, dO and float32 dQ rows */
+    /* tiles: key-block chunks of (batch, kv head, head split) pairs, which
+     * share their query heads' Q, dO and float32 dQ rows */
     const flashc_fwd_params &f = p.fwd;
-    const long long q_bytes =
-        (long long)f.seqlen_q * (f.nheads / f.nheads_k) * ((f.head_dim + f.head_dim_v) * 2 + f.head_dim * 4);
+    const long long heads = (f.nheads / f.nheads_k + p.head_splits - 1) / p.head_splits;
+    const long long q_bytes = (long long)f.seqlen_q * heads * ((f.head_dim + f.head_dim_v) * 2 + f.head_dim * 4);
     flashc_hopper_schedule sched;
-    if (!flashc_hopper_plan(p.nchunks, (long long)f.nheads_k * f.batch, q_bytes,
+    if (!flashc_hopper_plan(p.nchunks, (long long)f.nheads_k * f.batch * p.head_splits, q_bytes,
                             flashc_hopper_tiles_vary(f), &sched))
         return cudaErrorInvalidConfiguration;
     if (sched.tiles == 0) return cudaSuccess;
