@@ -7,7 +7,9 @@ FlashAttention-4's SM90 kernels (`flash_attn.cute`, where importable: see
 - the standard grid of DESIGN.md (bf16, hdim 64/128/256, nheads =
   2048/hdim, batch = 16384/seqlen, causal and not), forward and backward;
 - model-like shapes: GQA ratios 4 and 8, sliding windows, softcap with a
-  window, head dims 192/128, varlen of mixed lengths, fp16.
+  window, head dims 192/128, varlen of mixed lengths, fp16;
+- deterministic mode (flashc and FA4 only: SDPA has none), where the
+  backward sums dQ in a fixed order.
 
 Each row prints TFLOP/s per library and flashc over the best peer that ran
 it (`/best`). A peer that cannot run a case (SDPA has no windows, softcap
@@ -21,7 +23,7 @@ repeats; inputs rotate over sets totalling 4× L2 where one set fits twice
 in L2 (as bench/gpu_sdpa_bench.py, whose helpers this uses). The backward
 is torch.autograd.grad of each library's own forward output.
 
-    python3 bench/gpu_peers_bench.py [--grid-only | --models-only] [--quick]
+    python3 bench/gpu_peers_bench.py [--grid-only | --models-only | --det-only] [--quick]
                                      [--repeat 10] [--out results.tsv]
 """
 import argparse
@@ -55,6 +57,7 @@ class Case(NamedTuple):
     softcap: float = 0.0
     lengths: Optional[Tuple[int, ...]] = None
     dtype: torch.dtype = torch.bfloat16
+    deterministic: bool = False
 
 
 def standard_grid(hdims, seqlens, causals):
@@ -78,6 +81,15 @@ MODEL_CASES = [
     Case("fp16 GQA 32/8, d128, 4k, causal", 2, 4096, 32, 8, 128, 128, True,
          dtype=torch.float16),
 ]
+
+
+DET_CASES = [
+    Case(f"deterministic d{d} {s // 1024}k{' causal' if c else ''}", TOKENS // s, s, WIDTH // d,
+         WIDTH // d, d, d, c, deterministic=True)
+    for d, s, c in ((64, 4096, True), (128, 4096, True), (128, 4096, False), (128, 16384, True),
+                    (256, 4096, True))
+] + [Case("deterministic Llama-3-70B-like GQA 64/8, d128, 4k, causal", 2, 4096, 64, 8, 128, 128,
+          True, deterministic=True)]
 
 
 # ---- FLOPs -----------------------------------------------------------------------
@@ -134,15 +146,16 @@ def flashc_forward(case, device):
         cu, m = cu_seqlens(case.lengths, device), max(case.lengths)
         return lambda q, k, v: flashc.flash_attn_varlen_func(
             q, k, v, cu, cu, m, m, causal=case.causal, window_size=case.window,
-            softcap=case.softcap)
+            softcap=case.softcap, deterministic=case.deterministic)
     return lambda q, k, v: flashc.flash_attn_func(q, k, v, causal=case.causal,
-                                                  window_size=case.window, softcap=case.softcap)
+                                                  window_size=case.window, softcap=case.softcap,
+                                                  deterministic=case.deterministic)
 
 
 def sdpa_forward(backend):
     def make(case, device):
-        if case.lengths or case.window != (-1, -1) or case.softcap:
-            raise NotImplementedError("SDPA has no varlen, window or softcap")
+        if case.lengths or case.window != (-1, -1) or case.softcap or case.deterministic:
+            raise NotImplementedError("SDPA has no varlen, window, softcap or deterministic mode")
         gqa = dict(enable_gqa=True) if case.heads != case.kv_heads else {}
 
         def run(q, k, v):
@@ -159,6 +172,8 @@ def fa4_forward(case, device):
     from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
     window = tuple(None if w < 0 else w for w in case.window)
     kw = dict(causal=case.causal, softcap=case.softcap)
+    if case.deterministic:
+        kw["deterministic"] = True
     if window != (None, None):
         kw["window_size"] = window
 
@@ -275,6 +290,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="grid: hdim 128, seqlen 2048,8192")
     ap.add_argument("--grid-only", action="store_true")
     ap.add_argument("--models-only", action="store_true")
+    ap.add_argument("--det-only", action="store_true")
     ap.add_argument("--forward-only", action="store_true")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=10)
@@ -295,13 +311,18 @@ def main():
               f"median of {args.repeat} after {args.warmup} warm-up")
     print("# " + header, flush=True)
     rows = []
-    if not args.models_only:
+    only = [args.grid_only, args.models_only, args.det_only]
+    if sum(only) > 1:
+        raise SystemExit("gpu_peers_bench: at most one of --grid-only, --models-only, --det-only")
+    if not (args.models_only or args.det_only):
         grid = standard_grid([int(x) for x in args.hdim.split(",")],
                              [int(x) for x in args.seqlen.split(",")],
                              [bool(int(x)) for x in args.causal.split(",")])
         rows += run_table("standard grid (TFLOP/s)", grid, args, device, l2, libraries)
-    if not args.grid_only:
+    if not (args.grid_only or args.det_only):
         rows += run_table("model-like shapes (TFLOP/s)", MODEL_CASES, args, device, l2, libraries)
+    if not (args.grid_only or args.models_only):
+        rows += run_table("deterministic mode (TFLOP/s)", DET_CASES, args, device, l2, libraries)
     if args.out:
         cols = ["case", "pass_"] + [f"{n}_tflops" for n in libraries] + ["ratio_best", "err_max"]
         with open(args.out, "w") as f:

@@ -201,7 +201,9 @@ step_sanitize() {
     local problem
     for problem in "--hdim 128 --seqlen 200 --causal" "--hdim 128 --seqlen 300 --kv-heads 2 --no-causal" \
                    "--hdim 64 --seqlen 200 --varlen --dropout 0.1 --softcap 5 --causal" \
-                   "--hdim 128 --seqlen 260 --deterministic --window 50,20 --no-causal"; do
+                   "--hdim 128 --seqlen 260 --deterministic --window 50,20 --no-causal" \
+                   "--hdim 128 --seqlen 300 --kv-heads 1 --causal" \
+                   "--hdim 64 --seqlen 200 --kv-heads 1 --varlen --deterministic --no-causal"; do
         # shellcheck disable=SC2086
         run_sanitizer "racecheck flashc run with backward $problem" 90 --tool racecheck --racecheck-report analysis \
             "$B/flashc" run --batch 2 --heads 4 $problem --quiet
