@@ -25,10 +25,13 @@
  *     through shared memory; dQ columns [128 w, 128 w + 128). Registers:
  *     dK + dV = 128, dQ 64, S^T + dP^T 32.
  * dQ is added into the float32 accumulator either by the consumers
- * (red.global, two floats each) or, with DQ_BULK, through two float32
- * tiles in shared memory that a producer-warpgroup thread adds with one
- * bulk reduction each (measured on the H200: +7 % at head dim 128, -2.5 %
- * at 64 with BLOCK_M = 64; at 256 the tiles do not fit). */
+ * (red.global, four floats each) or through float32 tiles in shared memory
+ * that a producer-warpgroup thread adds with one bulk reduction each.
+ * DQ_BULK 1: always, two tiles (measured on the H200: +7 % at head dim
+ * 128, -2.5 % at 64 with BLOCK_M = 64); 2: in deterministic mode only, one
+ * tile (there the reducer waits for the CTA's turn while the consumers go
+ * on, where the atomics would make them wait; two tiles do not fit at
+ * 64); 0: never (at 256 no tile fits). */
 #ifndef FLASHC_CUDA_HOPPER_BWD_CONFIG_H
 #define FLASHC_CUDA_HOPPER_BWD_CONFIG_H
 
@@ -41,7 +44,7 @@
 
 #define FLASHC_HOPPER_BWD_CONFIGS(X)          \
     /* HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK */ \
-    X(64, 128, 128, 0)                        \
+    X(64, 128, 128, 2)                        \
     X(128, 64, 128, 1)                        \
     X(256, 64, 64, 0)
 
@@ -56,7 +59,7 @@ static constexpr int flashc_hopper_bwd_block_m(long long head_dim) {
 static constexpr int flashc_hopper_bwd_block_n(long long head_dim) {
     return FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_BLOCK_N_IF) 0;
 }
-static constexpr bool flashc_hopper_bwd_dq_bulk(long long head_dim) {
+static constexpr int flashc_hopper_bwd_dq_bulk(long long head_dim) {
     return FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DQ_BULK_IF) 0;
 }
 #undef FLASHC_HOPPER_BWD_BLOCK_M_IF

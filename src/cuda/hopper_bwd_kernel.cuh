@@ -117,7 +117,8 @@ typedef struct flashc_hopper_bwd_dq_slot {
  * 128-byte row each), same swizzle, two buffers so one named barrier per
  * query block orders writes after reads. dQ (with DQ_BULK): two float32
  * tiles [BLOCK_M rows x HEAD_DIM], rows as in the accumulator, each added
- * to it by one bulk reduction. */
+ * to it by one bulk reduction (one tile where only deterministic mode uses
+ * them). */
 template <int HEAD_DIM, int BLOCK_N_>
 struct flashc_hopper_bwd_smem {
     static constexpr int BLOCK_M = flashc_hopper_bwd_block_m(HEAD_DIM), BLOCK_N = BLOCK_N_;
@@ -134,10 +135,12 @@ struct flashc_hopper_bwd_smem {
     static constexpr int DS_OFFSET = DO_OFFSET + STAGES * QO_BYTES;
     static constexpr int PT_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr int ROWS_OFFSET = PT_OFFSET + (PT_IN_SMEM ? 2 * DS_BYTES : 0);
-    static constexpr bool DQ_IN_SMEM = flashc_hopper_bwd_dq_bulk(HEAD_DIM);
+    static constexpr int DQ_MODE = flashc_hopper_bwd_dq_bulk(HEAD_DIM); /* hopper_bwd_config.h */
+    static constexpr bool DQ_IN_SMEM = DQ_MODE != 0;
+    static constexpr int DQ_TILES = DQ_MODE == 1 ? 2 : 1;
     static constexpr int DQ_BYTES = BLOCK_M * HEAD_DIM * 4;
     static constexpr int DQ_OFFSET = ROWS_OFFSET + STAGES * ROWS_BYTES;
-    static constexpr int BARRIER_OFFSET = DQ_OFFSET + (DQ_IN_SMEM ? 2 * DQ_BYTES : 0);
+    static constexpr int BARRIER_OFFSET = DQ_OFFSET + (DQ_IN_SMEM ? DQ_TILES * DQ_BYTES : 0);
     /* the mbarriers, in this order */
     enum { KV_FULL = 0, KV_EMPTY = 1, QDO_FULL = 2, QDO_EMPTY = QDO_FULL + STAGES, DQ_FULL = QDO_EMPTY + STAGES,
            DQ_EMPTY = DQ_FULL + 2, BARRIERS = DQ_EMPTY + 2 };
@@ -168,7 +171,9 @@ struct flashc_hopper_bwd_smem {
     }
     /* dQ goes through the tiles when the accumulator rows are exactly
      * HEAD_DIM floats (then a block's rows are one contiguous range) */
-    static __device__ bool dq_via_smem(const flashc_bwd_params &p) { return DQ_IN_SMEM && p.fwd.head_dim == HEAD_DIM; }
+    static __device__ bool dq_via_smem(const flashc_bwd_params &p) {
+        return DQ_IN_SMEM && p.fwd.head_dim == HEAD_DIM && (DQ_MODE == 1 || p.dq_order != nullptr);
+    }
 };
 
 /* The query heads a CTA walks: its kv head's group, or with head splits
@@ -339,7 +344,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_for_each_turn(const fla
 
 /* The dQ reducer (one thread of the producer warpgroup, when
  * dq_via_smem): once every consumer thread wrote its part of dQ tile
- * step % 2 (and one of them the tile's slot), adds the tile into the
+ * step % DQ_TILES (and one of them the tile's slot), adds the tile into the
  * float32 accumulator with one bulk reduction, and frees the tile once the
  * reduction has read it. It runs in the producer's few registers: the
  * consumers work out the addresses. */
@@ -347,8 +352,8 @@ template <int HEAD_DIM, int BLOCK_N>
 static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(unsigned char *smem, uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
     for (int step = 0;; ++step) {
-        const int b = step % 2;
-        flashc_mbarrier_wait(L::dq_full(base, b), (uint32_t)(step / 2) & 1);
+        const int b = step % L::DQ_TILES;
+        flashc_mbarrier_wait(L::dq_full(base, b), (uint32_t)(step / L::DQ_TILES) & 1);
         const flashc_hopper_bwd_dq_slot slot = *L::dq_slot(smem, b);
         if (slot.bytes == 0) break;
         flashc_bulk_reduce_add_f32(slot.dst, L::dq_tile(base, b), slot.bytes);
@@ -360,7 +365,10 @@ static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(unsigned char
 }
 
 /* Deterministic mode, the same with turns: each reduction waits for this
- * CTA's turn at its query block and, once completed, counts itself. */
+ * CTA's turn at its query block and, once completed, counts itself. With
+ * one tile it frees the tile as soon as the reduction has read it, so
+ * the consumers write the next while the reduction completes; with two
+ * (head dim 128) after the count, as measured best (bench/NOTES.md b16). */
 template <int HEAD_DIM, int BLOCK_N_>
 static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq_in_turn(const flashc_bwd_params &p,
                                                                            const flashc_fwd_seq &seq, int batch,
@@ -369,15 +377,19 @@ static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq_in_turn(const
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
     int step = 0;
     flashc_hopper_bwd_for_each_turn<L::BLOCK_M, L::BLOCK_N>(p, seq, batch, heads, chunk, [&](int *counter, int rank) {
-        const int b = step % 2;
-        flashc_mbarrier_wait(L::dq_full(base, b), (uint32_t)(step / 2) & 1);
+        const int b = step % L::DQ_TILES;
+        flashc_mbarrier_wait(L::dq_full(base, b), (uint32_t)(step / L::DQ_TILES) & 1);
         const flashc_hopper_bwd_dq_slot slot = *L::dq_slot(smem, b);
         flashc_wait_counter(counter, rank);
         flashc_bulk_reduce_add_f32(slot.dst, L::dq_tile(base, b), slot.bytes);
         flashc_bulk_commit();
+        if constexpr (L::DQ_TILES == 1) {
+            flashc_bulk_wait_all<true>();
+            flashc_mbarrier_arrive(L::dq_empty(base, b));
+        }
         flashc_bulk_wait_all<false>();
         flashc_release_increment(counter);
-        flashc_mbarrier_arrive(L::dq_empty(base, b));
+        if constexpr (L::DQ_TILES != 1) flashc_mbarrier_arrive(L::dq_empty(base, b));
         ++step;
     });
 }
@@ -403,15 +415,15 @@ static __device__ __forceinline__ void flashc_hopper_bwd_sequence_dq(const flash
 }
 
 /* The consumers' side of one dQ tile hand-over: every consumer thread
- * waits for tile step % 2 to be free, `write`s its part, then arrives;
+ * waits for tile step % DQ_TILES to be free, `write`s its part, then arrives;
  * consumer thread 0 also fills the slot (bytes = 0: no more tiles). */
 template <int HEAD_DIM, int BLOCK_N, typename Write>
 static __device__ __forceinline__ void flashc_hopper_bwd_hand_over_dq(unsigned char *smem, uint32_t base, int step,
                                                                       int consumer_thread, float *dst,
                                                                       uint32_t bytes, Write write) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
-    const int b = step % 2;
-    flashc_mbarrier_wait(L::dq_empty(base, b), ((uint32_t)(step / 2) & 1) ^ 1);
+    const int b = step % L::DQ_TILES;
+    flashc_mbarrier_wait(L::dq_empty(base, b), ((uint32_t)(step / L::DQ_TILES) & 1) ^ 1);
     write(reinterpret_cast<float *>(smem + L::DQ_OFFSET + b * L::DQ_BYTES));
     if (consumer_thread == 0) {
         L::dq_slot(smem, b)->dst = dst;
@@ -502,6 +514,28 @@ static __device__ __forceinline__ void flashc_hopper_bwd_store_scores(unsigned c
             *reinterpret_cast<uint32_t *>(tile + block * KEY_ROWS * 128 + row * 128 + ((c % 8) ^ (row % 8)) * 16 +
                                           4 * (lane % 4)) = frag[ks][r];
         }
+}
+
+/* This thread's dK and dV accumulator pairs inside the block's keys and
+ * the head dims: store_k / store_v(key in the block, column, first,
+ * second) for each. */
+template <int D_ATOMS, typename StoreK, typename StoreV>
+static __device__ __forceinline__ void flashc_hopper_bwd_each_key_grad(const float (&acc_dk)[1][D_ATOMS][4],
+                                                                       const float (&acc_dv)[1][D_ATOMS][4],
+                                                                       int warp_key0, int kv_col0, int lane, int keys,
+                                                                       int d, int dv, StoreK store_k,
+                                                                       StoreV store_v) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int key = warp_key0 + 8 * half + lane / 4;
+        if (key >= keys) continue;
+#pragma unroll
+        for (int j = 0; j < D_ATOMS; ++j) {
+            const int col = kv_col0 + 8 * j + 2 * (lane % 4);
+            if (col < d) store_k(key, col, acc_dk[0][j][2 * half], acc_dk[0][j][2 * half + 1]);
+            if (col < dv) store_v(key, col, acc_dv[0][j][2 * half], acc_dv[0][j][2 * half + 1]);
+        }
+    }
 }
 
 /* A consumer warpgroup: its share (flashc_hopper_bwd_split) of every key
@@ -717,42 +751,30 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             float *dvp = p.dv_part + part_row0 * p.fwd.head_dim_v;
             const int64_t dk_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim;
             const int64_t dv_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim_v;
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int key = warp_key0 + 8 * half + lane / 4;
-                if (key >= blk.keys) continue;
-#pragma unroll
-                for (int j = 0; j < D_ATOMS; ++j) {
-                    const int col = kv_col0 + 8 * j + 2 * (lane % 4);
-                    if (col < p.fwd.head_dim)
-                        *reinterpret_cast<float2 *>(dkp + key * dk_stride + col) =
-                            make_float2(acc_dk[0][j][2 * half], acc_dk[0][j][2 * half + 1]);
-                    if (col < p.fwd.head_dim_v)
-                        *reinterpret_cast<float2 *>(dvp + key * dv_stride + col) =
-                            make_float2(acc_dv[0][j][2 * half], acc_dv[0][j][2 * half + 1]);
-                }
-            }
+            flashc_hopper_bwd_each_key_grad(
+                acc_dk, acc_dv, warp_key0, kv_col0, lane, blk.keys, p.fwd.head_dim, p.fwd.head_dim_v,
+                [=](int key, int col, float a, float b) {
+                    *reinterpret_cast<float2 *>(dkp + key * dk_stride + col) = make_float2(a, b);
+                },
+                [=](int key, int col, float a, float b) {
+                    *reinterpret_cast<float2 *>(dvp + key * dv_stride + col) = make_float2(a, b);
+                });
             continue;
         }
         T *dk = reinterpret_cast<T *>(p.dk) + batch * p.dk_batch_stride + (seq.k_start + blk.n0) * p.dk_row_stride +
                 head_k * p.dk_head_stride;
         T *dv = reinterpret_cast<T *>(p.dv) + batch * p.dv_batch_stride + (seq.k_start + blk.n0) * p.dv_row_stride +
                 head_k * p.dv_head_stride;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int key = warp_key0 + 8 * half + lane / 4;
-            if (key >= blk.keys) continue;
-#pragma unroll
-            for (int j = 0; j < D_ATOMS; ++j) {
-                const int col = kv_col0 + 8 * j + 2 * (lane % 4);
-                if (col < p.fwd.head_dim)
-                    *reinterpret_cast<uint32_t *>(dk + key * p.dk_row_stride + col) =
-                        flashc_pack2<T>(acc_dk[0][j][2 * half] * p.scale, acc_dk[0][j][2 * half + 1] * p.scale);
-                if (col < p.fwd.head_dim_v)
-                    *reinterpret_cast<uint32_t *>(dv + key * p.dv_row_stride + col) =
-                        flashc_pack2<T>(acc_dv[0][j][2 * half], acc_dv[0][j][2 * half + 1]);
-            }
-        }
+        const int64_t dk_rows = p.dk_row_stride, dv_rows = p.dv_row_stride;
+        const float scale = p.scale;
+        flashc_hopper_bwd_each_key_grad(
+            acc_dk, acc_dv, warp_key0, kv_col0, lane, blk.keys, p.fwd.head_dim, p.fwd.head_dim_v,
+            [=](int key, int col, float a, float b) {
+                *reinterpret_cast<uint32_t *>(dk + key * dk_rows + col) = flashc_pack2<T>(a * scale, b * scale);
+            },
+            [=](int key, int col, float a, float b) {
+                *reinterpret_cast<uint32_t *>(dv + key * dv_rows + col) = flashc_pack2<T>(a, b);
+            });
     }
     /* the reducer stops at an empty slot */
     if (dq_via_smem)
