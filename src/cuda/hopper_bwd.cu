@@ -51,7 +51,7 @@ cudaError_t flashc_hopper_bwd(const flashc_bwd_params *p, void *stream, int is_b
     /* the workspace was laid out in the plan's tiles; this kernel walks
      * the query rows in blocks of its own BLOCK_M, which must divide them.
      * Ordered dQ additions: one key block per CTA, dq_order per BLOCK_M. */
-#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK)                                  \
+#define FLASHC_HOPPER_BWD_TRY_CONFIG(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_TILES)                                  \
     if (d <= HEAD_DIM) {                                                                                 \
         const bool ordered_ok = !p->dq_order || (p->dq_order_rows == BLOCK_M &&                          \
                                                  (int64_t)p->nchunks * BLOCK_N >= p->fwd.seqlen_k);      \

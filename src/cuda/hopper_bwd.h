@@ -17,7 +17,7 @@ typedef struct flashc_hopper_bwd_maps {
     CUtensorMap q, k, v, dout;
 } flashc_hopper_bwd_maps;
 
-#define FLASHC_HOPPER_BWD_DECLARE_RUN(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK)                                       \
+#define FLASHC_HOPPER_BWD_DECLARE_RUN(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_TILES)                                       \
     cudaError_t flashc_hopper_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, const flashc_hopper_bwd_maps *m, \
                                                      void *stream, int is_bf16);
 FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DECLARE_RUN)

@@ -25,13 +25,12 @@
  *     through shared memory; dQ columns [128 w, 128 w + 128). Registers:
  *     dK + dV = 128, dQ 64, S^T + dP^T 32.
  * dQ is added into the float32 accumulator either by the consumers
- * (red.global, four floats each) or through float32 tiles in shared memory
- * that a producer-warpgroup thread adds with one bulk reduction each.
- * DQ_BULK 1: always, two tiles (measured on the H200: +7 % at head dim
- * 128, -2.5 % at 64 with BLOCK_M = 64); 2: in deterministic mode only, one
- * tile (there the reducer waits for the CTA's turn while the consumers go
- * on, where the atomics would make them wait; two tiles do not fit at
- * 64); 0: never (at 256 no tile fits). */
+ * (red.global, four floats each; DQ_TILES = 0) or through DQ_TILES float32
+ * tiles in shared memory that a producer-warpgroup thread adds with one
+ * bulk reduction each. Measured on the H200: two tiles +7 % at head dim
+ * 128; at 64, one tile (two do not fit beside the rest at BLOCK_M = 128)
+ * +7 to +14 % (bench/NOTES.md b17; at BLOCK_M = 64 the tiles had lost
+ * 2.5 %); at 256 no tile fits. */
 #ifndef FLASHC_CUDA_HOPPER_BWD_CONFIG_H
 #define FLASHC_CUDA_HOPPER_BWD_CONFIG_H
 
@@ -43,27 +42,27 @@
 #define FLASHC_HOPPER_BWD_CONSUMER_REGISTERS 240
 
 #define FLASHC_HOPPER_BWD_CONFIGS(X)          \
-    /* HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK */ \
-    X(64, 128, 128, 2)                        \
-    X(128, 64, 128, 1)                        \
+    /* HEAD_DIM, BLOCK_M, BLOCK_N, DQ_TILES */ \
+    X(64, 128, 128, 1)                         \
+    X(128, 64, 128, 2)                         \
     X(256, 64, 64, 0)
 
-/* BLOCK_M, BLOCK_N and DQ_BULK of the configuration a head dim d runs in
+/* BLOCK_M, BLOCK_N and DQ_TILES of the configuration a head dim d runs in
  * (the smallest HEAD_DIM >= d; 0 past the last). */
-#define FLASHC_HOPPER_BWD_BLOCK_M_IF(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK) head_dim <= (HEAD_DIM) ? (BLOCK_M) :
-#define FLASHC_HOPPER_BWD_BLOCK_N_IF(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK) head_dim <= (HEAD_DIM) ? (BLOCK_N) :
-#define FLASHC_HOPPER_BWD_DQ_BULK_IF(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_BULK) head_dim <= (HEAD_DIM) ? (DQ_BULK) :
+#define FLASHC_HOPPER_BWD_BLOCK_M_IF(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_TILES) head_dim <= (HEAD_DIM) ? (BLOCK_M) :
+#define FLASHC_HOPPER_BWD_BLOCK_N_IF(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_TILES) head_dim <= (HEAD_DIM) ? (BLOCK_N) :
+#define FLASHC_HOPPER_BWD_DQ_TILES_IF(HEAD_DIM, BLOCK_M, BLOCK_N, DQ_TILES) head_dim <= (HEAD_DIM) ? (DQ_TILES) :
 static constexpr int flashc_hopper_bwd_block_m(long long head_dim) {
     return FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_BLOCK_M_IF) 0;
 }
 static constexpr int flashc_hopper_bwd_block_n(long long head_dim) {
     return FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_BLOCK_N_IF) 0;
 }
-static constexpr int flashc_hopper_bwd_dq_bulk(long long head_dim) {
-    return FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DQ_BULK_IF) 0;
+static constexpr int flashc_hopper_bwd_dq_tiles(long long head_dim) {
+    return FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DQ_TILES_IF) 0;
 }
 #undef FLASHC_HOPPER_BWD_BLOCK_M_IF
 #undef FLASHC_HOPPER_BWD_BLOCK_N_IF
-#undef FLASHC_HOPPER_BWD_DQ_BULK_IF
+#undef FLASHC_HOPPER_BWD_DQ_TILES_IF
 
 #endif

@@ -115,10 +115,9 @@ typedef struct flashc_hopper_bwd_dq_slot {
  * 128-byte swizzle (as TMA writes them). dS^T (and at BLOCK_N = 64 Pd^T):
  * BLOCK_M / 64 column blocks of [BLOCK_N key rows x 64 queries] (one
  * 128-byte row each), same swizzle, two buffers so one named barrier per
- * query block orders writes after reads. dQ (with DQ_BULK): two float32
- * tiles [BLOCK_M rows x HEAD_DIM], rows as in the accumulator, each added
- * to it by one bulk reduction (one tile where only deterministic mode uses
- * them). */
+ * query block orders writes after reads. dQ: DQ_TILES float32 tiles
+ * [BLOCK_M rows x HEAD_DIM], rows as in the accumulator, each added to it
+ * by one bulk reduction. */
 template <int HEAD_DIM, int BLOCK_N_>
 struct flashc_hopper_bwd_smem {
     static constexpr int BLOCK_M = flashc_hopper_bwd_block_m(HEAD_DIM), BLOCK_N = BLOCK_N_;
@@ -135,9 +134,8 @@ struct flashc_hopper_bwd_smem {
     static constexpr int DS_OFFSET = DO_OFFSET + STAGES * QO_BYTES;
     static constexpr int PT_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr int ROWS_OFFSET = PT_OFFSET + (PT_IN_SMEM ? 2 * DS_BYTES : 0);
-    static constexpr int DQ_MODE = flashc_hopper_bwd_dq_bulk(HEAD_DIM); /* hopper_bwd_config.h */
-    static constexpr bool DQ_IN_SMEM = DQ_MODE != 0;
-    static constexpr int DQ_TILES = DQ_MODE == 1 ? 2 : 1;
+    static constexpr int DQ_TILES = flashc_hopper_bwd_dq_tiles(HEAD_DIM); /* hopper_bwd_config.h */
+    static constexpr bool DQ_IN_SMEM = DQ_TILES > 0;
     static constexpr int DQ_BYTES = BLOCK_M * HEAD_DIM * 4;
     static constexpr int DQ_OFFSET = ROWS_OFFSET + STAGES * ROWS_BYTES;
     static constexpr int BARRIER_OFFSET = DQ_OFFSET + (DQ_IN_SMEM ? DQ_TILES * DQ_BYTES : 0);
@@ -172,7 +170,7 @@ struct flashc_hopper_bwd_smem {
     /* dQ goes through the tiles when the accumulator rows are exactly
      * HEAD_DIM floats (then a block's rows are one contiguous range) */
     static __device__ bool dq_via_smem(const flashc_bwd_params &p) {
-        return DQ_IN_SMEM && p.fwd.head_dim == HEAD_DIM && (DQ_MODE == 1 || p.dq_order != nullptr);
+        return DQ_IN_SMEM && p.fwd.head_dim == HEAD_DIM;
     }
 };
 
@@ -366,9 +364,9 @@ static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(unsigned char
 
 /* Deterministic mode, the same with turns: each reduction waits for this
  * CTA's turn at its query block and, once completed, counts itself. With
- * one tile it frees the tile as soon as the reduction has read it, so
- * the consumers write the next while the reduction completes; with two
- * (head dim 128) after the count, as measured best (bench/NOTES.md b16). */
+ * one tile (head dim 64) it frees the tile as soon as the reduction has
+ * read it, so the consumers write the next while the reduction completes;
+ * with two (128) after the count, as measured best (bench/NOTES.md b16). */
 template <int HEAD_DIM, int BLOCK_N_>
 static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq_in_turn(const flashc_bwd_params &p,
                                                                            const flashc_fwd_seq &seq, int batch,
