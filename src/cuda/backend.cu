@@ -189,8 +189,7 @@ static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_b
     return k;
 }
 
-/* Multiprocessors of device dev (0 if unknown), asked once per device. */
-static int device_sms(int dev) {
+int flashc_cuda_device_sms(int dev) {
     enum { MAX_DEVICES = 64 };
     static int known[MAX_DEVICES];
     if (dev < 0) return 0;
@@ -208,10 +207,11 @@ static int device_sms(int dev) {
  * variable FLASHC_CUDA_BWD_HEAD_SPLITS, a divisor of the GQA group, fixes
  * the Hopper kernel's head splits (for benchmarks of the choice). */
 static flashc_bwd_plan backward_plan(const flashc_problem *p) {
-    flashc_bwd_plan plan = flashc_bwd_plan_of(p, flashc_hopper_bwd_applies(p), device_sms(p->device_index));
+    const bool hopper = flashc_hopper_bwd_applies(p);
+    flashc_bwd_plan plan = flashc_bwd_plan_of(p, hopper, flashc_cuda_device_sms(p->device_index));
     const char *forced = getenv("FLASHC_CUDA_BWD_HEAD_SPLITS");
     const int64_t group = p->nheads_k > 0 ? p->nheads / p->nheads_k : 1;
-    if (forced && plan.head_splits >= 1 && flashc_hopper_bwd_applies(p)) {
+    if (forced && hopper) {
         const long s = strtol(forced, nullptr, 10);
         if (s >= 1 && s <= group && group % s == 0) plan.head_splits = (int)s;
     }

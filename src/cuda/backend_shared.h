@@ -1,7 +1,8 @@
-/* What the CUDA backend's entry points share (backend.cu defines the
- * first three, kvcache_backend.cu the last): the CUDA-only checks, the
- * forward kernels' parameters, running on the problem's device, and the
- * varlen forward over paged keys that flashc_cuda_forward hands on. */
+/* What the CUDA backend's entry points share (backend.cu defines all but
+ * the last, kvcache_backend.cu the last): the CUDA-only checks, the
+ * forward kernels' parameters, running on the problem's device, its
+ * multiprocessor count, and the varlen forward over paged keys that
+ * flashc_cuda_forward hands on. */
 #ifndef FLASHC_CUDA_BACKEND_SHARED_H
 #define FLASHC_CUDA_BACKEND_SHARED_H
 
@@ -21,6 +22,9 @@ flashc_fwd_params flashc_cuda_fwd_params(const flashc_problem *p);
 /* Runs body(arg) with `device` current, then restores the caller's device;
  * a CUDA error becomes FLASHC_ERROR_BACKEND with its name. */
 flashc_status flashc_cuda_on_device(int device, cudaError_t (*body)(const void *), const void *arg);
+
+/* Multiprocessors of device dev, asked once per device (0 if unknown). */
+int flashc_cuda_device_sms(int dev);
 
 /* The varlen forward with a block table (p->kv.block_table): the KV-cache
  * kernel with one split. */

@@ -70,6 +70,11 @@ static inline size_t flashc_bwd_align256(size_t n) { return (n + 255) & ~(size_t
 /* Head splits: at most this many bytes of dK / dV partials. */
 #define FLASHC_BWD_PARTS_CAP ((int64_t)1 << 30)
 
+/* Rows of the packed keys (the partials' rows). */
+static inline int64_t flashc_bwd_key_rows(const flashc_problem *p) {
+    return p->is_varlen ? p->total_k : p->batch * p->seqlen_k;
+}
+
 /* The Hopper kernel's head splits (p.head_splits). A CTA walks every query
  * head of its kv head's group, so with GQA there are group times fewer
  * tiles, each group times longer, than without. Splitting the group over
@@ -85,13 +90,12 @@ static inline size_t flashc_bwd_align256(size_t n) { return (n + 255) & ~(size_t
  *     fewer tiles than half the SMs (GQA 8 at 4k, batch 2, causal: 1.18x
  *     at S = 4; GQA 4 at 8k, batch 1: 1.19x at S = 2), as long as the
  *     partials' traffic stays under 6 % of the kernel's estimated time. */
-static inline int flashc_bwd_head_splits(const flashc_problem *p, int64_t key_blocks, int block_m, int sms) {
+static inline int flashc_bwd_head_splits(const flashc_problem *p, int64_t key_blocks, int sms) {
     const int64_t group = p->nheads_k > 0 ? p->nheads / p->nheads_k : 1;
     if (group <= 1 || sms <= 0 || key_blocks <= 0) return 1;
-    (void)block_m;
     const int64_t pairs = p->nheads_k * p->batch, ctas = key_blocks * pairs;
-    const int64_t key_rows = p->is_varlen ? p->total_k : p->batch * p->seqlen_k;
-    const int64_t split_bytes = key_rows * p->nheads_k * (p->head_dim + p->head_dim_v) * (int64_t)sizeof(float);
+    const int64_t split_bytes =
+        flashc_bwd_key_rows(p) * p->nheads_k * (p->head_dim + p->head_dim_v) * (int64_t)sizeof(float);
     if (ctas < 2 * (int64_t)sms) {
         for (int64_t s = 2; s <= group; ++s) {
             if (group % s != 0) continue;
@@ -101,14 +105,14 @@ static inline int flashc_bwd_head_splits(const flashc_problem *p, int64_t key_bl
         return 1;
     }
     if (p->window_left < 0 && p->window_right < 0) return 1;
-    /* tiles per L2 section with s splits (the launch's section rule) */
-    const int64_t row_bytes = (p->head_dim + p->head_dim_v) * 2 + p->head_dim * 4;
+    /* tiles per L2 section with s splits: the launch's schedule (a grid
+     * too large to launch does not split) */
     auto section_tiles = [&](int64_t s) {
-        const int64_t pair_bytes = p->seqlen_q * ((group + s - 1) / s) * row_bytes;
-        int64_t per = pair_bytes > 0 ? FLASHC_HOPPER_L2_SECTION_BYTES / pair_bytes : pairs * s;
-        if (per > pairs * s) per = pairs * s;
-        if (per < 1) per = 1;
-        return per * key_blocks;
+        flashc_hopper_schedule sched;
+        const long long pair_bytes =
+            flashc_hopper_bwd_pair_bytes(p->seqlen_q, (group + s - 1) / s, p->head_dim, p->head_dim_v);
+        if (!flashc_hopper_plan(key_blocks, pairs * s, pair_bytes, true, &sched)) return (int64_t)INT64_MAX;
+        return (int64_t)sched.section * key_blocks;
     };
     /* the kernel at about 400 TFLOP/s (half the work under a causal mask),
      * the partials at about 3 TB/s */
@@ -138,10 +142,10 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
     if (plan.head_dim == 0) return plan; /* unreachable: validation caps head dims at 256 */
     plan.key_blocks = (p->seqlen_k + plan.block_n - 1) / plan.block_n;
     int64_t chunks = plan.key_blocks > 0 ? plan.key_blocks : 1;
+    const int hopper_n = flashc_hopper_bwd_block_n(d);
+    const int64_t hopper_key_blocks = (p->seqlen_k + hopper_n - 1) / hopper_n;
     if (p->deterministic && hopper) {
-        const int block_n = flashc_hopper_bwd_block_n(d);
-        chunks = (p->seqlen_k + block_n - 1) / block_n;
-        if (chunks < 1) chunks = 1;
+        chunks = hopper_key_blocks > 0 ? hopper_key_blocks : 1;
         plan.dq_order_rows = flashc_hopper_bwd_block_m(d);
     } else if (p->deterministic) {
         const int64_t units = p->batch * p->nheads_k > 0 ? p->batch * p->nheads_k : 1;
@@ -154,11 +158,7 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
         if (chunks < 1) chunks = 1;
         plan.dq_slices = (int)chunks;
     }
-    if (hopper) {
-        const int hopper_n = flashc_hopper_bwd_block_n(d);
-        plan.head_splits = flashc_bwd_head_splits(p, (p->seqlen_k + hopper_n - 1) / hopper_n,
-                                                  flashc_hopper_bwd_block_m(d), sms);
-    }
+    if (hopper) plan.head_splits = flashc_bwd_head_splits(p, hopper_key_blocks, sms);
     /* the grid holds nchunks * batch * nheads_k (* head_splits) CTAs, checked at launch */
     plan.nchunks = chunks > 0x7fffffff ? 0x7fffffff : (int)chunks;
     return plan;
@@ -175,7 +175,7 @@ static inline flashc_bwd_layout flashc_bwd_layout_of(const flashc_problem *p, co
     L.dq_order_offset = L.dq_offset +
                         flashc_bwd_align256((size_t)plan->dq_slices * (size_t)L.dq_slice_stride * sizeof(float));
     L.dq_order_entries = plan->dq_order_rows ? p->nheads * L.ws_rows / plan->dq_order_rows : 0;
-    L.part_rows = p->is_varlen ? p->total_k : p->batch * p->seqlen_k;
+    L.part_rows = flashc_bwd_key_rows(p);
     const size_t parts = plan->head_splits > 1 ? (size_t)plan->head_splits * (size_t)L.part_rows * (size_t)p->nheads_k : 0;
     L.dk_part_offset = L.dq_order_offset + flashc_bwd_align256((size_t)L.dq_order_entries * sizeof(int32_t));
     L.dv_part_offset = L.dk_part_offset + flashc_bwd_align256(parts * (size_t)p->head_dim * sizeof(float));

@@ -136,6 +136,11 @@ struct flashc_hopper_bwd_smem {
     static constexpr int ROWS_OFFSET = PT_OFFSET + (PT_IN_SMEM ? 2 * DS_BYTES : 0);
     static constexpr int DQ_TILES = flashc_hopper_bwd_dq_tiles(HEAD_DIM); /* hopper_bwd_config.h */
     static constexpr bool DQ_IN_SMEM = DQ_TILES > 0;
+    /* the dQ tile of hand-over `step` and the phase of its barriers (never
+     * called without tiles; the ring of one keeps the arithmetic defined) */
+    static constexpr int DQ_RING = DQ_IN_SMEM ? DQ_TILES : 1;
+    static __device__ int dq_buffer(int step) { return step % DQ_RING; }
+    static __device__ uint32_t dq_phase(int step) { return (uint32_t)(step / DQ_RING) & 1; }
     static constexpr int DQ_BYTES = BLOCK_M * HEAD_DIM * 4;
     static constexpr int DQ_OFFSET = ROWS_OFFSET + STAGES * ROWS_BYTES;
     static constexpr int BARRIER_OFFSET = DQ_OFFSET + (DQ_IN_SMEM ? DQ_TILES * DQ_BYTES : 0);
@@ -350,8 +355,8 @@ template <int HEAD_DIM, int BLOCK_N>
 static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(unsigned char *smem, uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
     for (int step = 0;; ++step) {
-        const int b = step % L::DQ_TILES;
-        flashc_mbarrier_wait(L::dq_full(base, b), (uint32_t)(step / L::DQ_TILES) & 1);
+        const int b = L::dq_buffer(step);
+        flashc_mbarrier_wait(L::dq_full(base, b), L::dq_phase(step));
         const flashc_hopper_bwd_dq_slot slot = *L::dq_slot(smem, b);
         if (slot.bytes == 0) break;
         flashc_bulk_reduce_add_f32(slot.dst, L::dq_tile(base, b), slot.bytes);
@@ -375,8 +380,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq_in_turn(const
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
     int step = 0;
     flashc_hopper_bwd_for_each_turn<L::BLOCK_M, L::BLOCK_N>(p, seq, batch, heads, chunk, [&](int *counter, int rank) {
-        const int b = step % L::DQ_TILES;
-        flashc_mbarrier_wait(L::dq_full(base, b), (uint32_t)(step / L::DQ_TILES) & 1);
+        const int b = L::dq_buffer(step);
+        flashc_mbarrier_wait(L::dq_full(base, b), L::dq_phase(step));
         const flashc_hopper_bwd_dq_slot slot = *L::dq_slot(smem, b);
         flashc_wait_counter(counter, rank);
         flashc_bulk_reduce_add_f32(slot.dst, L::dq_tile(base, b), slot.bytes);
@@ -420,8 +425,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_hand_over_dq(unsigned c
                                                                       int consumer_thread, float *dst,
                                                                       uint32_t bytes, Write write) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
-    const int b = step % L::DQ_TILES;
-    flashc_mbarrier_wait(L::dq_empty(base, b), ((uint32_t)(step / L::DQ_TILES) & 1) ^ 1);
+    const int b = L::dq_buffer(step);
+    flashc_mbarrier_wait(L::dq_empty(base, b), L::dq_phase(step) ^ 1);
     write(reinterpret_cast<float *>(smem + L::DQ_OFFSET + b * L::DQ_BYTES));
     if (consumer_thread == 0) {
         L::dq_slot(smem, b)->dst = dst;

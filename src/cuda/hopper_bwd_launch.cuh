@@ -27,7 +27,7 @@ static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const fl
      * share their query heads' Q, dO and float32 dQ rows */
     const flashc_fwd_params &f = p.fwd;
     const long long heads = (f.nheads / f.nheads_k + p.head_splits - 1) / p.head_splits;
-    const long long q_bytes = (long long)f.seqlen_q * heads * ((f.head_dim + f.head_dim_v) * 2 + f.head_dim * 4);
+    const long long q_bytes = flashc_hopper_bwd_pair_bytes(f.seqlen_q, heads, f.head_dim, f.head_dim_v);
     flashc_hopper_schedule sched;
     if (!flashc_hopper_plan(p.nchunks, (long long)f.nheads_k * f.batch * p.head_splits, q_bytes,
                             flashc_hopper_tiles_vary(f), &sched))

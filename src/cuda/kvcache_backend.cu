@@ -114,8 +114,9 @@ static int kvc_num_splits(const flashc_kvcache_problem *kp) {
     if (kp->num_splits >= 1) return kp->num_splits < FLASHC_KVC_MAX_SPLITS ? kp->num_splits : FLASHC_KVC_MAX_SPLITS;
     const long long rows_per_head = p->seqlen_q * (p->nheads / p->nheads_k);
     const flashc_kvc_tile tile = flashc_kvc_tile_of((int)p->head_dim, (int)p->head_dim_v, rows_per_head);
-    int sms = 0, smem_per_sm = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, p->device_index) != cudaSuccess ||
+    const int sms = flashc_cuda_device_sms(p->device_index);
+    int smem_per_sm = 0;
+    if (sms == 0 ||
         cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, p->device_index) !=
             cudaSuccess) {
         cudaGetLastError();
