@@ -196,14 +196,16 @@ step_sanitize() {
     run_sanitizer "memcheck flashc run with backward (small, varlen, GQA, dropout, softcap)" 60 --tool memcheck \
         "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 96 --varlen \
         --dropout 0.1 --softcap 5 --quiet
-    # the backward: on a Hopper GPU head dims <= 128 take the Hopper kernel
+    # the backward: on a Hopper GPU every head dim takes the Hopper kernel
     # (TMA producer, bulk copies of the LSE / D rows, wgmma consumers)
     local problem
     for problem in "--hdim 128 --seqlen 200 --causal" "--hdim 128 --seqlen 300 --kv-heads 2 --no-causal" \
                    "--hdim 64 --seqlen 200 --varlen --dropout 0.1 --softcap 5 --causal" \
                    "--hdim 128 --seqlen 260 --deterministic --window 50,20 --no-causal" \
                    "--hdim 128 --seqlen 300 --kv-heads 1 --causal" \
-                   "--hdim 64 --seqlen 200 --kv-heads 1 --varlen --deterministic --no-causal"; do
+                   "--hdim 64 --seqlen 200 --kv-heads 1 --varlen --deterministic --no-causal" \
+                   "--hdim 256 --seqlen 200 --kv-heads 2 --causal" \
+                   "--hdim 192 --hdim-v 128 --seqlen 150 --deterministic --no-causal"; do
         # shellcheck disable=SC2086
         run_sanitizer "racecheck flashc run with backward $problem" 90 --tool racecheck --racecheck-report analysis \
             "$B/flashc" run --batch 2 --heads 4 $problem --quiet
