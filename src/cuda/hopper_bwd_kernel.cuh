@@ -681,16 +681,17 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                 flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS, BLOCK_M>(&acc_dk[0][0][0], ds_addr,
                                                                    L::q_tile(base, s) + col_block);
             } else {
-                /* dV += Pd^T dO, dK += dS^T Q, then dQ once both halves of
-                 * dS^T are in */
+                /* dV += Pd^T dO from the registers; once both halves of
+                 * dS^T are in, dQ, then dK += dS^T Q: dQ goes out while
+                 * dK runs */
                 flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_M>(&acc_dv[0][0][0], p_frag[0], L::do_tile(base, s));
-                flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_M>(&acc_dk[0][0][0], ds_frag[0], L::q_tile(base, s));
                 flashc_hopper_bwd_publish(FLASHC_HOPPER_BWD_BAR_DS_READY);
                 flashc_hopper_bwd_issue_dq<T, DQ_COLS, BLOCK_N>(&acc_dq[0][0][0], dq_ds_addr, k_addr, dq_col0);
+                flashc_wgmma_rs_batch<T, HEAD_DIM, BLOCK_M>(&acc_dk[0][0][0], ds_frag[0], L::q_tile(base, s));
             }
-            /* dQ's batch complete (with dQ issued first, dV and dK may
-             * still run) */
-            flashc_wgmma_wait<W::BY_QUERIES ? 2 : 0>();
+            /* dQ's batch complete; the batches issued after it (dV and dK,
+             * or dK) may still run */
+            flashc_wgmma_wait<W::BY_QUERIES ? 2 : 1>();
             flashc_fence_registers<DQ_COLS / 2>(&acc_dq[0][0][0]);
             /* Once every product completed, Q, dO and the LSE2 / D rows of
              * stage s are read. Every thread read the rows with ordinary
@@ -700,16 +701,16 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
              * copy into the stage unordered after the other lanes' reads:
              * racecheck hazards). */
             const auto release_stage = [&] {
-                if constexpr (W::BY_QUERIES) flashc_wgmma_wait<0>(); /* else dQ's wait was it */
+                flashc_wgmma_wait<0>();
                 flashc_fence_registers<W::KV_COLS / 2>(&acc_dv[0][0][0]);
                 flashc_fence_registers<W::KV_COLS / 2>(&acc_dk[0][0][0]);
                 flashc_mbarrier_arrive(L::qdo_empty(base, s));
             };
             /* in deterministic mode the stage goes back before this CTA
-             * waits for its turn at the query block, so the producer's
-             * refill does not wait for it either */
-            const bool release_before_dq = !W::BY_QUERIES || ordered;
-            if (release_before_dq) release_stage();
+             * waits for its turn at the query block (directly, or for a dQ
+             * tile its reducer holds until then), so the producer's refill
+             * does not wait for it either */
+            if (ordered) release_stage();
 
             if (dq_via_smem) {
                 /* the tile's rows inside the sequence, added by the reducer */
@@ -753,7 +754,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                 if (ordered)
                     flashc_named_barrier_arrive(FLASHC_HOPPER_BWD_BAR_DQ_DONE, FLASHC_HOPPER_BWD_SEQUENCED_THREADS);
             }
-            if (!release_before_dq) release_stage();
+            if (!ordered) release_stage();
         }
         /* every read of K and V for this key block has completed (every
          * thread arrives: the zeroing of rows past the sequence wrote K / V
