@@ -58,14 +58,16 @@ static const int64_t lengths_rotated[7] = {1000, 1, 129, 17, 65, 127, 63};
 /* ---- Every configuration (tile_m), varlen -------------------------------- */
 
 /* One config per compiled head dim (64, 96, 128, 192, 256), chosen by
- * max(d, dv), some with dv != d; sq == sk and sq != sk; every feature
+ * max(d, dv), some with dv != d (on the Hopper path 160 / 96 and 136 / 192
+ * reach the 256 configuration's narrower kernels, with columns past d and
+ * dv inside their last 64-column block); sq == sk and sq != sk; every feature
  * spread over them; each once more in deterministic mode (dQ slices,
  * summed by the conversion over the same tiles). */
 static void every_configuration(void **state) {
     (void)state;
     REQUIRE_GPU();
-    static const int64_t dims[][2] = {{64, 64}, {40, 72}, {96, 96}, {128, 128}, {128, 64},
-                                      {192, 192}, {200, 136}, {256, 256}, {8, 256}};
+    static const int64_t dims[][2] = {{64, 64}, {40, 72}, {96, 96}, {128, 128}, {128, 64}, {192, 192},
+                                      {200, 136}, {256, 256}, {8, 256}, {160, 96}, {136, 192}};
     int n = 0;
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i) {
         test_config c = varlen_config(alternate((int)i), 7, lengths, i & 1 ? lengths_rotated : lengths,

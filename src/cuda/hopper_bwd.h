@@ -22,6 +22,12 @@ typedef struct flashc_hopper_bwd_maps {
                                                      void *stream, int is_bf16);
 FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DECLARE_RUN)
 #undef FLASHC_HOPPER_BWD_DECLARE_RUN
+/* The 256 configuration's kernels for narrower d / dv (hopper_bwd_hdim256.cu
+ * chooses). */
+cudaError_t flashc_hopper_bwd_run_hdim192x128(const flashc_bwd_params *p, const flashc_hopper_bwd_maps *m,
+                                              void *stream, int is_bf16);
+cudaError_t flashc_hopper_bwd_run_hdim192x192(const flashc_bwd_params *p, const flashc_hopper_bwd_maps *m,
+                                              void *stream, int is_bf16);
 
 /* Whether the Hopper kernel will run problem p, as far as the plan needs
  * to know (bwd_workspace.h): p's device is compute capability 9.0,

@@ -275,7 +275,7 @@ static __device__ __forceinline__ int *flashc_hopper_bwd_dq_counter(const flashc
 /* The producer: one thread issues, per key block that any query sees, K
  * and V (once both consumers are done with the previous key block), then
  * Q, dO, LSE2 and D of every iteration into the stage ring. */
-template <int HEAD_DIM, int BLOCK_N_>
+template <int HEAD_DIM, int BLOCK_N_, int QK_COLS, int V_COLS>
 static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_hopper_bwd_maps &maps,
                                                                  const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
@@ -292,15 +292,16 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
             flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, heads.count);
         if (blk.iters == 0) continue;
         flashc_mbarrier_wait(L::kv_empty(base), (loaded & 1) ^ 1);
-        flashc_mbarrier_expect_bytes(L::kv_full(base), 2 * L::KV_BYTES);
+        flashc_mbarrier_expect_bytes(L::kv_full(base), (QK_COLS + V_COLS) * BLOCK_N * 2);
         const int key_row = (int)(seq.k_start + blk.n0);
 #pragma unroll
-        for (int cb = 0; cb < HEAD_DIM / 64; ++cb) {
+        for (int cb = 0; cb < QK_COLS / 64; ++cb)
             flashc_tma_load_4d(L::k_tile(base) + cb * BLOCK_N * 128, &maps.k, 64 * cb, key_row, head_k, map_batch,
                                L::kv_full(base));
+#pragma unroll
+        for (int cb = 0; cb < V_COLS / 64; ++cb)
             flashc_tma_load_4d(L::v_tile(base) + cb * BLOCK_N * 128, &maps.v, 64 * cb, key_row, head_k, map_batch,
                                L::kv_full(base));
-        }
         ++loaded;
         flashc_hopper_bwd_cursor at = flashc_hopper_bwd_walk(blk, heads.first);
         for (int it = 0; it < blk.iters; ++it, ++step, flashc_hopper_bwd_advance(at, blk)) {
@@ -310,14 +311,15 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
             const int m0 = at.m_block * BLOCK_M;
             const int q_row = (int)(seq.q_start + m0);
             flashc_mbarrier_wait(L::qdo_empty(base, s), phase ^ 1);
-            flashc_mbarrier_expect_bytes(L::qdo_full(base, s), 2 * L::QO_BYTES + L::ROWS_BYTES);
+            flashc_mbarrier_expect_bytes(L::qdo_full(base, s), (QK_COLS + V_COLS) * BLOCK_M * 2 + L::ROWS_BYTES);
 #pragma unroll
-            for (int cb = 0; cb < HEAD_DIM / 64; ++cb) {
+            for (int cb = 0; cb < QK_COLS / 64; ++cb)
                 flashc_tma_load_4d(L::q_tile(base, s) + cb * BLOCK_M * 128, &maps.q, 64 * cb, q_row, head, map_batch,
                                    L::qdo_full(base, s));
+#pragma unroll
+            for (int cb = 0; cb < V_COLS / 64; ++cb)
                 flashc_tma_load_4d(L::do_tile(base, s) + cb * BLOCK_M * 128, &maps.dout, 64 * cb, q_row, head,
                                    map_batch, L::qdo_full(base, s));
-            }
             /* the preprocess wrote whole tiles: no bounds to check */
             const int64_t ws_row = head * p.ws_rows + ws_row0 + m0;
             flashc_bulk_load(L::rows(base, s), p.lse2 + ws_row, BLOCK_M * 4, L::qdo_full(base, s));
@@ -543,7 +545,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_each_key_grad(const flo
 
 /* A consumer warpgroup: its share (flashc_hopper_bwd_split) of every key
  * block of this CTA. GENERAL: softcap or dropout (hopper_bwd_scores.cuh). */
-template <typename T, int HEAD_DIM, int BLOCK_N_, bool GENERAL>
+template <typename T, int HEAD_DIM, int BLOCK_N_, bool GENERAL, int QK_COLS, int V_COLS>
 static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
                                                                  flashc_hopper_bwd_heads heads, int chunk,
@@ -613,10 +615,10 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             float acc_s[1][Q_ATOMS][4], acc_dp[1][Q_ATOMS][4];
             /* S^T = K Q^T, dP^T = V dO^T: the warpgroup's 64 keys against
              * its S_COLS queries */
-            flashc_wgmma_ss_batch<T, W::S_COLS, HEAD_DIM, BLOCK_N, BLOCK_M>(&acc_s[0][0][0], k_addr + wg_key0 * 128,
-                                                                            L::q_tile(base, s) + wg_query0 * 128);
-            flashc_wgmma_ss_batch<T, W::S_COLS, HEAD_DIM, BLOCK_N, BLOCK_M>(&acc_dp[0][0][0], v_addr + wg_key0 * 128,
-                                                                            L::do_tile(base, s) + wg_query0 * 128);
+            flashc_wgmma_ss_batch<T, W::S_COLS, QK_COLS, BLOCK_N, BLOCK_M>(&acc_s[0][0][0], k_addr + wg_key0 * 128,
+                                                                           L::q_tile(base, s) + wg_query0 * 128);
+            flashc_wgmma_ss_batch<T, W::S_COLS, V_COLS, BLOCK_N, BLOCK_M>(&acc_dp[0][0][0], v_addr + wg_key0 * 128,
+                                                                          L::do_tile(base, s) + wg_query0 * 128);
             flashc_wgmma_wait<1>(); /* S^T in, dP^T may still run */
             flashc_fence_registers<W::S_COLS / 2>(&acc_s[0][0][0]);
             {
@@ -802,7 +804,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                                                           [](float *) {});
 }
 
-template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL>
+template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL, int QK_COLS, int V_COLS>
 __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     flashc_hopper_bwd_kernel(const __grid_constant__ flashc_hopper_bwd_maps maps, const flashc_bwd_params p,
                              const flashc_hopper_schedule sched) {
@@ -845,7 +847,8 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     if (warp < 4) {
         flashc_setmaxnreg_dec<FLASHC_HOPPER_BWD_PRODUCER_REGISTERS>();
         if (threadIdx.x == 0)
-            flashc_hopper_bwd_produce<HEAD_DIM, BLOCK_N>(maps, p, seq, batch, head_k, heads, chunk, base);
+            flashc_hopper_bwd_produce<HEAD_DIM, BLOCK_N, QK_COLS, V_COLS>(maps, p, seq, batch, head_k, heads, chunk,
+                                                                          base);
         unsigned char *smem = smem_raw + (base - raw_addr);
         if (threadIdx.x == 32 && L::dq_via_smem(p)) {
             if (p.dq_order)
@@ -857,7 +860,8 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
             flashc_hopper_bwd_sequence_dq<HEAD_DIM, BLOCK_N>(p, seq, batch, heads, chunk, threadIdx.x % 32);
     } else {
         flashc_setmaxnreg_inc<FLASHC_HOPPER_BWD_CONSUMER_REGISTERS>();
-        flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL>(p, seq, batch, head_k, heads, chunk, warp / 4 - 1,
+        flashc_hopper_bwd_consume<T, HEAD_DIM, BLOCK_N, GENERAL, QK_COLS, V_COLS>(p, seq, batch, head_k, heads, chunk,
+                                                                                 warp / 4 - 1,
                                                                  warp % 4, threadIdx.x % 32,
                                                                  smem_raw + (base - raw_addr), base);
     }

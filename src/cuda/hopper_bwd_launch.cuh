@@ -14,11 +14,13 @@
 #include "hopper_schedule.h"
 #include "smem_optin.cuh"
 
-template <typename T, int HEAD_DIM, bool GENERAL>
+template <typename T, int HEAD_DIM, bool GENERAL, int QK_COLS, int V_COLS>
 static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const flashc_hopper_bwd_maps &maps,
                                             cudaStream_t stream) {
     constexpr int BLOCK_N = flashc_hopper_bwd_block_n(HEAD_DIM);
-    auto kernel = flashc_hopper_bwd_kernel<T, HEAD_DIM, BLOCK_N, GENERAL>;
+    static_assert(QK_COLS % 64 == 0 && V_COLS % 64 == 0 && QK_COLS <= HEAD_DIM && V_COLS <= HEAD_DIM,
+                  "whole 64-column blocks of the configuration's");
+    auto kernel = flashc_hopper_bwd_kernel<T, HEAD_DIM, BLOCK_N, GENERAL, QK_COLS, V_COLS>;
     constexpr int smem = flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N>::BYTES;
     static unsigned long long smem_raised;
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
@@ -37,17 +39,21 @@ static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const fl
     return cudaGetLastError();
 }
 
-/* general: softcap or dropout (the scores' slower path). */
-#define FLASHC_HOPPER_BWD_DEFINE_RUN(HEAD_DIM)                                                                  \
-    cudaError_t flashc_hopper_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, const flashc_hopper_bwd_maps *m, \
-                                                     void *stream, int is_bf16) {                               \
+/* The four kernels of a configuration whose products stop after QK_COLS
+ * columns of Q / K and V_COLS of V / dO (d, dv rounded up to 64; the
+ * loads skip the rest). general: softcap or dropout (the scores' slower
+ * path). */
+#define FLASHC_HOPPER_BWD_DEFINE_RUN_COLS(NAME, HEAD_DIM, QK_COLS, V_COLS)                                        \
+    cudaError_t NAME(const flashc_bwd_params *p, const flashc_hopper_bwd_maps *m, void *stream, int is_bf16) {   \
         cudaStream_t s = (cudaStream_t)stream;                                                                 \
         const bool general = p->fwd.softcap_inv_scale != 0.0f || p->fwd.dropout_threshold != 0u;               \
         if (is_bf16)                                                                                           \
-            return general ? flashc_hopper_bwd_launch<__nv_bfloat16, HEAD_DIM, true>(*p, *m, s)                 \
-                           : flashc_hopper_bwd_launch<__nv_bfloat16, HEAD_DIM, false>(*p, *m, s);               \
-        return general ? flashc_hopper_bwd_launch<__half, HEAD_DIM, true>(*p, *m, s)                            \
-                       : flashc_hopper_bwd_launch<__half, HEAD_DIM, false>(*p, *m, s);                          \
+            return general ? flashc_hopper_bwd_launch<__nv_bfloat16, HEAD_DIM, true, QK_COLS, V_COLS>(*p, *m, s) \
+                           : flashc_hopper_bwd_launch<__nv_bfloat16, HEAD_DIM, false, QK_COLS, V_COLS>(*p, *m, s); \
+        return general ? flashc_hopper_bwd_launch<__half, HEAD_DIM, true, QK_COLS, V_COLS>(*p, *m, s)            \
+                       : flashc_hopper_bwd_launch<__half, HEAD_DIM, false, QK_COLS, V_COLS>(*p, *m, s);          \
     }
+#define FLASHC_HOPPER_BWD_DEFINE_RUN(HEAD_DIM) \
+    FLASHC_HOPPER_BWD_DEFINE_RUN_COLS(flashc_hopper_bwd_run_hdim##HEAD_DIM, HEAD_DIM, HEAD_DIM, HEAD_DIM)
 
 #endif
