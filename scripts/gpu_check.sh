@@ -107,11 +107,11 @@ step_build() {
     stack=$(grep -Eo '[0-9]+ bytes stack frame' "$OUT/build.log" | awk '$1 > 0' | wc -l)
     local nonzero_spills
     nonzero_spills=$(grep -cE '[1-9][0-9]* bytes spill (stores|loads)' "$OUT/build.log")
-    # wgmma serialized by ptxas (C7510-C7516: an accumulator read in
-    # flight, too few registers, ...) costs a Hopper kernel 10 % or more;
+    # wgmma serialized by ptxas (an accumulator read in flight, too few
+    # registers, a divergent path, ...) costs a Hopper kernel 10 % or more;
     # C7517 (a wait it added where a path had waited already) does not
     local serialized
-    serialized=$(grep -cE 'C751[0-6]' "$OUT/build.log")
+    serialized=$(grep -c 'wgmma.mma_async instructions are serialized' "$OUT/build.log")
     NOTE[build]="ptxas: $spills kernel reports, $nonzero_spills with spills, $stack with a stack frame, $serialized with wgmma serialized"
 }
 
