@@ -523,21 +523,25 @@ static __device__ __forceinline__ void flashc_hopper_bwd_store_scores(unsigned c
 
 /* This thread's dK and dV accumulator pairs inside the block's keys and
  * the head dims: store_k / store_v(key in the block, column, first,
- * second) for each. */
-template <int D_ATOMS, typename StoreK, typename StoreV>
-static __device__ __forceinline__ void flashc_hopper_bwd_each_key_grad(const float (&acc_dk)[1][D_ATOMS][4],
-                                                                       const float (&acc_dv)[1][D_ATOMS][4],
-                                                                       int warp_key0, int kv_col0, int lane, int keys,
-                                                                       int d, int dv, StoreK store_k,
-                                                                       StoreV store_v) {
+ * second) for each (dK columns from dk_col0 on, dV from dv_col0). */
+template <int DK_ATOMS, int DV_ATOMS, typename StoreK, typename StoreV>
+static __device__ __forceinline__ void flashc_hopper_bwd_each_key_grad(const float (&acc_dk)[1][DK_ATOMS][4],
+                                                                       const float (&acc_dv)[1][DV_ATOMS][4],
+                                                                       int warp_key0, int dk_col0, int dv_col0,
+                                                                       int lane, int keys, int d, int dv,
+                                                                       StoreK store_k, StoreV store_v) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const int key = warp_key0 + 8 * half + lane / 4;
         if (key >= keys) continue;
 #pragma unroll
-        for (int j = 0; j < D_ATOMS; ++j) {
-            const int col = kv_col0 + 8 * j + 2 * (lane % 4);
+        for (int j = 0; j < DK_ATOMS; ++j) {
+            const int col = dk_col0 + 8 * j + 2 * (lane % 4);
             if (col < d) store_k(key, col, acc_dk[0][j][2 * half], acc_dk[0][j][2 * half + 1]);
+        }
+#pragma unroll
+        for (int j = 0; j < DV_ATOMS; ++j) {
+            const int col = dv_col0 + 8 * j + 2 * (lane % 4);
             if (col < dv) store_v(key, col, acc_dv[0][j][2 * half], acc_dv[0][j][2 * half + 1]);
         }
     }
@@ -555,7 +559,12 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
     typedef flashc_hopper_bwd_split<HEAD_DIM, BLOCK_N_> W;
     constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
     constexpr int Q_ATOMS = W::S_COLS / 8;       /* column atoms of S^T, dP^T */
-    constexpr int D_ATOMS = W::KV_COLS / 8;      /* column atoms of dK, dV */
+    constexpr int D_ATOMS = W::KV_COLS / 8;      /* column atoms of dK */
+    /* dV's columns per warpgroup: with the column split and dv in half the
+     * configuration's columns (192 / 128), half of V_COLS each, so that
+     * neither multiplies columns that do not exist */
+    constexpr int DV_COLS = W::BY_QUERIES && 2 * V_COLS <= HEAD_DIM ? V_COLS / 2 : W::KV_COLS;
+    constexpr int DV_ATOMS = DV_COLS / 8;
     constexpr int DQ_COLS = W::DQ_COLS;
     constexpr int DQ_ATOMS = DQ_COLS / 8;
     static_assert(Q_ATOMS * 4 <= 64, "dropout: one keep bit per element of the thread's slice");
@@ -568,7 +577,8 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
     const int wg_key0 = W::key0(warpgroup);                 /* this warpgroup's first key in the block */
     const int warp_key0 = wg_key0 + 16 * warp_in_group;     /* this warp's first key in the block */
     const int wg_query0 = W::query0(warpgroup);             /* its first query of S^T in the query block */
-    const int kv_col0 = W::kv_col0(warpgroup);              /* its first dK / dV column */
+    const int kv_col0 = W::kv_col0(warpgroup);              /* its first dK column */
+    const int dv_col0 = W::BY_QUERIES ? DV_COLS * warpgroup : 0; /* its first dV column */
     const int dq_query0 = W::dq_query0(warpgroup);          /* its first dQ query of the query block */
     const int dq_col0 = W::dq_col0(warpgroup);              /* its first dQ column */
     const bool dq_via_smem = L::dq_via_smem(p);
@@ -578,7 +588,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
     for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
         const flashc_hopper_bwd_block blk =
             flashc_hopper_bwd_block_of<BLOCK_M, BLOCK_N>(p.fwd, seq, n_block, heads.count);
-        float acc_dk[1][D_ATOMS][4], acc_dv[1][D_ATOMS][4];
+        float acc_dk[1][D_ATOMS][4], acc_dv[1][DV_ATOMS][4];
         flashc_zero_acc(acc_dk);
         flashc_zero_acc(acc_dv);
 
@@ -678,8 +688,9 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                  * additions go out while the tensor cores run dV and dK */
                 flashc_hopper_bwd_issue_dq<T, DQ_COLS, BLOCK_N>(&acc_dq[0][0][0], dq_ds_addr, k_addr, dq_col0);
                 const uint32_t col_block = (kv_col0 / 64) * BLOCK_M * 128;
-                flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS, BLOCK_M>(&acc_dv[0][0][0], L::pt_tile(base, step % 2),
-                                                                   L::do_tile(base, s) + col_block);
+                flashc_hopper_bwd_issue_key_grad_ss<T, DV_COLS, BLOCK_M>(&acc_dv[0][0][0], L::pt_tile(base, step % 2),
+                                                                   L::do_tile(base, s) +
+                                                                       (dv_col0 / 64) * BLOCK_M * 128);
                 flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS, BLOCK_M>(&acc_dk[0][0][0], ds_addr,
                                                                    L::q_tile(base, s) + col_block);
             } else {
@@ -704,7 +715,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
              * racecheck hazards). */
             const auto release_stage = [&] {
                 flashc_wgmma_wait<0>();
-                flashc_fence_registers<W::KV_COLS / 2>(&acc_dv[0][0][0]);
+                flashc_fence_registers<DV_COLS / 2>(&acc_dv[0][0][0]);
                 flashc_fence_registers<W::KV_COLS / 2>(&acc_dk[0][0][0]);
                 flashc_mbarrier_arrive(L::qdo_empty(base, s));
             };
@@ -774,7 +785,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
             const int64_t dk_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim;
             const int64_t dv_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim_v;
             flashc_hopper_bwd_each_key_grad(
-                acc_dk, acc_dv, warp_key0, kv_col0, lane, blk.keys, p.fwd.head_dim, p.fwd.head_dim_v,
+                acc_dk, acc_dv, warp_key0, kv_col0, dv_col0, lane, blk.keys, p.fwd.head_dim, p.fwd.head_dim_v,
                 [=](int key, int col, float a, float b) {
                     *reinterpret_cast<float2 *>(dkp + key * dk_stride + col) = make_float2(a, b);
                 },
@@ -790,7 +801,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
         const int64_t dk_rows = p.dk_row_stride, dv_rows = p.dv_row_stride;
         const float scale = p.scale;
         flashc_hopper_bwd_each_key_grad(
-            acc_dk, acc_dv, warp_key0, kv_col0, lane, blk.keys, p.fwd.head_dim, p.fwd.head_dim_v,
+            acc_dk, acc_dv, warp_key0, kv_col0, dv_col0, lane, blk.keys, p.fwd.head_dim, p.fwd.head_dim_v,
             [=](int key, int col, float a, float b) {
                 *reinterpret_cast<uint32_t *>(dk + key * dk_rows + col) = flashc_pack2<T>(a * scale, b * scale);
             },

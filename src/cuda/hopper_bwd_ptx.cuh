@@ -52,7 +52,8 @@ static __device__ __forceinline__ void flashc_red_add_f32x4(float *addr, float a
 /* m64nNk16 with B MN-major (read from a [K rows x N columns] tile) and A
  * either MN-major too (TRANS_A = 1: a [K rows x M columns] tile; dQ = dS K
  * with dS stored as dS^T) or K-major (TRANS_A = 0: dV += P^T dO and
- * dK += dS^T Q with P^T, dS^T in shared memory, at head dim 256). scale_d
+ * dK += dS^T Q with P^T, dS^T in shared memory, at head dim 256; widths
+ * 64 and 128). scale_d
  * = 0 overwrites D (the first k-step), 1 accumulates. One wrapper per width
  * and type: the accumulator list is part of the instruction. */
 template <typename T, int TRANS_A>
@@ -80,6 +81,7 @@ static __device__ __forceinline__ void flashc_wgmma_ss_bmn_n128(float *d, uint64
     FLASHC_WGMMA_SS_BMN(N, __half, "f16", ACC, ACC_OPERANDS, A, B, S, TA)
 FLASHC_WGMMA_SS_BMN_TYPES(32, FLASHC_WGMMA_ACC16, FLASHC_WGMMA_ACC16_OPERANDS, 16, 17, 18, 1)
 FLASHC_WGMMA_SS_BMN_TYPES(64, FLASHC_WGMMA_ACC32, FLASHC_WGMMA_ACC32_OPERANDS, 32, 33, 34, 1)
+FLASHC_WGMMA_SS_BMN_TYPES(64, FLASHC_WGMMA_ACC32, FLASHC_WGMMA_ACC32_OPERANDS, 32, 33, 34, 0)
 FLASHC_WGMMA_SS_BMN_TYPES(128, FLASHC_WGMMA_ACC64, FLASHC_WGMMA_ACC64_OPERANDS, 64, 65, 66, 1)
 FLASHC_WGMMA_SS_BMN_TYPES(128, FLASHC_WGMMA_ACC64, FLASHC_WGMMA_ACC64_OPERANDS, 64, 65, 66, 0)
 #undef FLASHC_WGMMA_SS_BMN_TYPES
@@ -89,7 +91,7 @@ FLASHC_WGMMA_SS_BMN_TYPES(128, FLASHC_WGMMA_ACC64, FLASHC_WGMMA_ACC64_OPERANDS, 
 template <typename T, int N, int TRANS_A>
 static __device__ __forceinline__ void flashc_wgmma_ss_bmn(float *d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
     static_assert(N == 32 || N == 64 || N == 128, "compiled widths with B MN-major: 32, 64, 128");
-    static_assert(TRANS_A == 1 || N == 128, "A K-major is compiled at width 128 only");
+    static_assert(TRANS_A == 1 || N >= 64, "A K-major is compiled at widths 64 and 128");
     if constexpr (N == 32) flashc_wgmma_ss_bmn_n32<T, TRANS_A>(d, desc_a, desc_b, scale_d);
     if constexpr (N == 64) flashc_wgmma_ss_bmn_n64<T, TRANS_A>(d, desc_a, desc_b, scale_d);
     if constexpr (N == 128) flashc_wgmma_ss_bmn_n128<T, TRANS_A>(d, desc_a, desc_b, scale_d);
