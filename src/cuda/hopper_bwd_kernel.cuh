@@ -28,8 +28,18 @@
  *                                           queries (BLOCK_M = 128)
  *       dQ added into the float32 accumulator (atomics, or one bulk
  *       reduction per query block)
+ *   issued in the order dV, [dS^T in], dQ, dK (BLOCK_N = 128) or
+ *   [dS^T, Pd^T in], dQ, dV, dK (BLOCK_N = 64), each warpgroup waiting for
+ *   dQ's product alone, so that dQ goes out while the later ones run.
  * dK * scale and dV are stored from the registers at the end of the key
  * block: the CTA's sums run in a fixed order, so they are bitwise stable.
+ *
+ * QK_COLS, V_COLS (multiples of 64, at most HEAD_DIM): the columns of Q / K
+ * and V / dO the loads bring and S^T / dP^T contract over (d and dv rounded
+ * up; past them inside a block TMA fills zeros). Columns past them hold
+ * stale data: the dK, dV and dQ products still read them where a
+ * warpgroup's share of columns extends past d or dv, but only into output
+ * columns that are never stored or added.
  *
  * Deterministic mode (p.dq_order): every CTA owns one key block, and the
  * CTAs that add into the dQ rows of one query block do so in a fixed
@@ -687,12 +697,13 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                 /* dQ first, then dV += Pd^T dO, dK += dS^T Q: dQ's
                  * additions go out while the tensor cores run dV and dK */
                 flashc_hopper_bwd_issue_dq<T, DQ_COLS, BLOCK_N>(&acc_dq[0][0][0], dq_ds_addr, k_addr, dq_col0);
-                const uint32_t col_block = (kv_col0 / 64) * BLOCK_M * 128;
+                /* the column blocks of dO and Q where this warpgroup's
+                 * dV and dK columns start */
+                const uint32_t dv_block = (dv_col0 / 64) * BLOCK_M * 128, dk_block = (kv_col0 / 64) * BLOCK_M * 128;
                 flashc_hopper_bwd_issue_key_grad_ss<T, DV_COLS, BLOCK_M>(&acc_dv[0][0][0], L::pt_tile(base, step % 2),
-                                                                   L::do_tile(base, s) +
-                                                                       (dv_col0 / 64) * BLOCK_M * 128);
+                                                                         L::do_tile(base, s) + dv_block);
                 flashc_hopper_bwd_issue_key_grad_ss<T, W::KV_COLS, BLOCK_M>(&acc_dk[0][0][0], ds_addr,
-                                                                   L::q_tile(base, s) + col_block);
+                                                                           L::q_tile(base, s) + dk_block);
             } else {
                 /* dV += Pd^T dO from the registers; once both halves of
                  * dS^T are in, dQ, then dK += dS^T Q: dQ goes out while
