@@ -6,7 +6,8 @@
 #   build     Release build with the CUDA backend; ptxas -v resource usage
 #             (registers, shared memory, stack, spills) in build.log
 #   ctest     every C test, test_cuda_forward and test_cuda_backward (quick
-#             mode) with their output, and a default `flashc run` (GPU)
+#             mode) with their output, test_cuda_kvcache again on the
+#             portable kernel (quick), and a default `flashc run` (GPU)
 #             checked against the reference: ctest.log
 #   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid,
 #             default kernels and the portable ones), on test_cuda_kvcache
@@ -130,9 +131,16 @@ step_ctest() {
               timeout "$(budget 300)" ./test_cuda_backward > "$SCRATCH/cuda_bwd_$name.log" 2>&1 ) &
         bwd_pids+=($!)
     done
+    # the KV-cache tests once more on the portable kernel (on a Hopper GPU
+    # ctest's run takes the TMA kernel wherever it applies)
+    ( cd "$B/tests" && FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1 timeout "$(budget 300)" \
+          ./test_cuda_kvcache > "$SCRATCH/cuda_kvc_portable.log" 2>&1 ) &
+    local kvp_pid=$!
     timeout "$(budget 300)" ctest --test-dir "$B" -E '^test_cuda_(forward|backward)$' -j 8 --output-on-failure \
         > "$log" 2>&1
     local rc_cpu=$?
+    wait "$kvp_pid"
+    local rc_kvp=$?
     wait "$fwd_pid"
     local rc_fwd=$? rc_bwd=0 pid bwd_passed=0 bwd_count=0
     for pid in "${bwd_pids[@]}"; do wait "$pid" || rc_bwd=1; done
@@ -149,6 +157,9 @@ step_ctest() {
         echo "=== test_cuda_backward (FLASHC_TEST_QUICK=1, one process per test) ==="
         grep -vE '^[0-9]+: \[ (RUN|      OK) ' "$bwd_log"
         echo
+        echo "=== test_cuda_kvcache, portable kernel (FLASHC_CUDA_KVCACHE=portable, quick) ==="
+        grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/cuda_kvc_portable.log"
+        echo
         echo "=== flashc run (default problem on the GPU, checked against the reference) ==="
         timeout "$(budget 120)" "$B/flashc" run --repeat 5 --warmup 2 --quiet
         echo "flashc run exit status: $?"
@@ -158,8 +169,10 @@ step_ctest() {
     fwd_line=$(grep -E 'Test +#[0-9]+: test_cuda_forward' "$fwd_log" | sed 's/.*test_cuda_forward *\.*//')
     bwd_line="$bwd_passed/$bwd_count tests passed"
     NOTE[ctest]="CPU tests: ${cpu_line:-?}; test_cuda_forward: ${fwd_line:-?}; test_cuda_backward: ${bwd_line:-?}"
+    NOTE[ctest]+="; test_cuda_kvcache portable: $( [ "$rc_kvp" -eq 0 ] && echo passed || echo "status $rc_kvp")"
     grep -q '^result    PASS' "$log" || NOTE[ctest]+="; flashc run check did not PASS"
-    [ "$rc_cpu" -eq 0 ] && [ "$rc_fwd" -eq 0 ] && [ "$rc_bwd" -eq 0 ] && grep -q '^result    PASS' "$log"
+    [ "$rc_cpu" -eq 0 ] && [ "$rc_fwd" -eq 0 ] && [ "$rc_bwd" -eq 0 ] && [ "$rc_kvp" -eq 0 ] &&
+        grep -q '^result    PASS' "$log"
 }
 
 step_sanitize() {

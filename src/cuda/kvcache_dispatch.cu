@@ -1,6 +1,8 @@
-/* The KV-cache attention's choice of kernel: the smallest compiled head
- * dim that holds d and dv, the warp layout of the rows per KV head
- * (kvcache_config.h). */
+/* The KV-cache attention's choice of kernel: the Hopper (TMA) kernel where
+ * it applies (hopper_kvcache.h), else the portable kernel of the smallest
+ * compiled head dim that holds d and dv; the warp layout of the rows per
+ * KV head (kvcache_config.h). */
+#include "hopper_kvcache.h"
 #include "kvcache_launch.h"
 
 flashc_kvc_tile flashc_kvc_tile_of(int head_dim, int head_dim_v, long long rows_per_head) {
@@ -19,6 +21,8 @@ flashc_kvc_tile flashc_kvc_tile_of(int head_dim, int head_dim_v, long long rows_
 }
 
 cudaError_t flashc_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {
+    const cudaError_t hopper = flashc_hopper_kvc_attention(p, stream, is_bf16);
+    if (hopper != cudaErrorNotSupported) return hopper;
     const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     const int warps_n = flashc_kvc_warps_n((long long)p->seqlen_q * p->group);
 #define FLASHC_KVC_TRY(HEAD_DIM) \

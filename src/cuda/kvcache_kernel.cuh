@@ -61,6 +61,168 @@ static __device__ __forceinline__ void flashc_kvc_scores(float (&acc)[1][COL_ATO
         }
 }
 
+/* The CTA's place in the flat grid: row block fastest, then split, KV
+ * head, sequence. */
+struct flashc_kvc_cta {
+    int m_block, split, head_k, b;
+};
+
+static __device__ __forceinline__ flashc_kvc_cta flashc_kvc_cta_of(const flashc_kvc_params &p, int block_m) {
+    const int m_blocks = (p.seqlen_q * p.group + block_m - 1) / block_m;
+    int cta = blockIdx.x;
+    flashc_kvc_cta c;
+    c.m_block = cta % m_blocks;
+    cta /= m_blocks;
+    c.split = cta % p.num_splits;
+    cta /= p.num_splits;
+    c.head_k = cta % p.nheads_k;
+    c.b = cta / p.nheads_k;
+    return c;
+}
+
+/* This split's key blocks [*n_begin, *n_end) among those any row of the
+ * block [m0, m0 + rows) sees. */
+static __device__ __forceinline__ void flashc_kvc_split_blocks(const flashc_kvc_params &p, const flashc_kvc_seq &seq,
+                                                               int m0, int rows, int split, int block_n, int *n_begin,
+                                                               int *n_end) {
+    *n_begin = *n_end = 0;
+    if (!seq.valid) return;
+    int64_t lo, hi, unused;
+    flashc_visible_cols(m0 / p.group, seq.sq, seq.sk, p.window_left, p.window_right, &lo, &unused);
+    flashc_visible_cols((m0 + rows - 1) / p.group, seq.sq, seq.sk, p.window_left, p.window_right, &unused, &hi);
+    if (hi <= lo) return;
+    const int first = (int)(lo / block_n), last = (int)((hi + block_n - 1) / block_n);
+    const int per_split = (last - first + p.num_splits - 1) / p.num_splits;
+    *n_begin = min(first + split * per_split, last);
+    *n_end = min(*n_begin + per_split, last);
+}
+
+/* A thread's two fragment rows of the warp's 16 (tile rows warp_m * 16 +
+ * lane / 4 and + 8). */
+static __device__ __forceinline__ flashc_kvc_rows flashc_kvc_rows_of(const flashc_kvc_params &p,
+                                                                    const flashc_kvc_seq &seq, int b, int head_k,
+                                                                    int m0, int rows, int warp_m, int lane) {
+    flashc_kvc_rows r;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int tr = warp_m * 16 + lane / 4 + 8 * h;
+        const int m = m0 + tr;
+        r.row[h] = m / p.group;
+        int64_t lo = 0, hi = 0;
+        if (tr < rows) flashc_visible_cols(r.row[h], seq.sq, seq.sk, p.window_left, p.window_right, &lo, &hi);
+        r.lo[h] = (int)lo;
+        r.hi[h] = (int)hi;
+        const int head = head_k * p.group + m % p.group;
+        r.alibi_log2[h] = p.alibi_slopes && tr < rows
+                              ? p.alibi_slopes[b * p.alibi_batch_stride + head * p.alibi_head_stride] *
+                                    (float)FLASHC_LOG2E
+                              : 0.0f;
+    }
+    return r;
+}
+
+/* Start copying the tile's Q rows into sQ (rows SD elements apart; rows
+ * past the block and columns past d zero-filled), one 16-byte chunk per
+ * thread and row step. The caller commits the group. */
+template <typename T, int HEAD_DIM, int BLOCK_M, int THREADS>
+static __device__ __forceinline__ void flashc_kvc_load_q(const flashc_kvc_params &p, const flashc_kvc_seq &seq,
+                                                         int b, int head_k, int m0, int rows, T *sQ) {
+    constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM), CHUNKS = HEAD_DIM / 8, ROW_STEP = THREADS / CHUNKS;
+    const int chunk = threadIdx.x % CHUNKS;
+    const T *q = reinterpret_cast<const T *>(p.q) + b * p.q_batch_stride;
+    const bool col_ok = chunk * 8 < p.head_dim;
+    for (int tr = threadIdx.x / CHUNKS; tr < BLOCK_M; tr += ROW_STEP) {
+        const int m = m0 + tr;
+        const bool ok = col_ok && tr < rows;
+        const T *src = q + (seq.q_start + m / p.group) * p.q_row_stride +
+                       (head_k * p.group + m % p.group) * p.q_head_stride + chunk * 8;
+        flashc_cp_async16(flashc_smem_addr(sQ + tr * SD + chunk * 8), ok ? src : q, ok);
+    }
+}
+
+/* Epilogue: each warp's rows (max, sum, O over its keys) into shared
+ * memory at sWork (free for it: the caller synchronised), then every
+ * thread merges whole 4-column chunks of rows and writes out and LSE, or
+ * (num_splits > 1) the split's float32 partials. */
+template <typename T, typename C, int OUT_ATOMS>
+static __device__ __forceinline__ void flashc_kvc_epilogue(const flashc_kvc_params &p, const flashc_kvc_seq &seq,
+                                                           const flashc_softmax_state<1> &st,
+                                                           const float (&acc_o)[1][OUT_ATOMS][4], float *sWork,
+                                                           int warp_m, int warp_n, int lane, int m0, int rows,
+                                                           int b, int head_k, int split) {
+    constexpr int BLOCK_M = C::BLOCK_M, WARPS_N = C::WARPS_N, LDO = C::LDO, THREADS = FLASHC_KVC_THREADS;
+    float *sO = sWork;                              /* [WARPS_N][BLOCK_M][LDO] */
+    float *sMax = sO + WARPS_N * BLOCK_M * LDO;     /* [WARPS_N][BLOCK_M] */
+    float *sSum = sMax + WARPS_N * BLOCK_M;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int tr = warp_m * 16 + lane / 4 + 8 * h, slot = warp_n * BLOCK_M + tr;
+        const float sum = flashc_quad_sum(st.row_sum[h]);
+        if (lane % 4 == 0) {
+            sMax[slot] = st.row_max[h];
+            sSum[slot] = sum;
+        }
+#pragma unroll
+        for (int d = 0; d < OUT_ATOMS; ++d)
+            *reinterpret_cast<float2 *>(sO + slot * LDO + 8 * d + 2 * (lane % 4)) =
+                make_float2(acc_o[0][d][2 * h], acc_o[0][d][2 * h + 1]);
+    }
+    __syncthreads();
+
+    constexpr int CHUNKS4 = OUT_ATOMS * 8 / 4;
+    for (int idx = threadIdx.x; idx < BLOCK_M * CHUNKS4; idx += THREADS) {
+        const int tr = idx / CHUNKS4, c = 4 * (idx % CHUNKS4);
+        if (tr >= rows || c >= p.head_dim_v) continue;
+        float row_max = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS_N; ++w) row_max = fmaxf(row_max, sMax[w * BLOCK_M + tr]);
+        float sum = 0.0f;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int w = 0; w < WARPS_N; ++w) {
+            const float m_w = sMax[w * BLOCK_M + tr];
+            const float weight = m_w == -INFINITY ? 0.0f : flashc_exp2(m_w - row_max);
+            const float4 ow = *reinterpret_cast<const float4 *>(sO + (w * BLOCK_M + tr) * LDO + c);
+            sum += weight * sSum[w * BLOCK_M + tr];
+            o.x += weight * ow.x, o.y += weight * ow.y, o.z += weight * ow.z, o.w += weight * ow.w;
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        o.x *= inv, o.y *= inv, o.z *= inv, o.w *= inv;
+        const int m = m0 + tr, r = m / p.group, head = head_k * p.group + m % p.group;
+        const float lse2 = row_max + log2f(sum); /* log2 domain; only where sum > 0 */
+        if (p.num_splits == 1) {
+            T *out = reinterpret_cast<T *>(p.out) + b * p.o_batch_stride + (seq.q_start + r) * p.o_row_stride +
+                     head * p.o_head_stride + c;
+            *reinterpret_cast<uint2 *>(out) = make_uint2(flashc_pack2<T>(o.x, o.y), flashc_pack2<T>(o.z, o.w));
+            if (c == 0 && p.lse)
+                p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + (seq.q_start + r) * p.lse_row_stride] =
+                    sum > 0.0f ? lse2 * (float)FLASHC_LN2 : INFINITY;
+        } else {
+            const int64_t row = (int64_t)split * p.partial_rows + ((int64_t)b * p.seqlen_q + r) * p.nheads + head;
+            *reinterpret_cast<float4 *>(p.o_partial + row * p.head_dim_v + c) = o;
+            if (c == 0) p.lse_partial[row] = sum > 0.0f ? lse2 : -INFINITY;
+        }
+    }
+}
+
+/* The order a CTA visits its `steps` key blocks from n_begin: starting at
+ * a rotation that differs between sequences and splits, so the CTAs running
+ * at once do not walk caches whose strides are large powers of two in step
+ * (they would meet on the same memory channels). The sum does not depend on
+ * the order beyond rounding; each CTA's order is fixed. */
+struct flashc_kvc_order {
+    int n_begin, steps, rotation;
+    __device__ __forceinline__ int block_of(int step) const { return n_begin + (step + rotation) % steps; }
+};
+
+static __device__ __forceinline__ flashc_kvc_order flashc_kvc_order_of(int b, int split, int n_begin, int n_end) {
+    flashc_kvc_order o;
+    o.n_begin = n_begin;
+    o.steps = n_end - n_begin;
+    o.rotation = o.steps > 0 ? (int)(((uint32_t)b * 2654435761u + (uint32_t)split * 40503u) % (uint32_t)o.steps) : 0;
+    return o;
+}
+
 template <typename T, int HEAD_DIM, int WARPS_N>
 __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const flashc_kvc_params p) {
     typedef flashc_kvc_config<HEAD_DIM, WARPS_N> C;
@@ -74,68 +236,27 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
     int64_t *sOffsets = reinterpret_cast<int64_t *>(smem + C::Q_BYTES); /* [ring][k, v][BLOCK_N] */
     T *sStages = reinterpret_cast<T *>(smem + C::Q_BYTES + C::OFFSET_BYTES); /* [stage][K, V][BLOCK_N][SD] */
 
-    /* The flat grid: row block fastest, then split, KV head, sequence. */
-    const int rows_per_head = p.seqlen_q * p.group;
-    const int m_blocks = (rows_per_head + BLOCK_M - 1) / BLOCK_M;
-    int cta = blockIdx.x;
-    const int m_block = cta % m_blocks;
-    cta /= m_blocks;
-    const int split = cta % p.num_splits;
-    cta /= p.num_splits;
-    const int head_k = cta % p.nheads_k, b = cta / p.nheads_k;
-
+    const flashc_kvc_cta cta = flashc_kvc_cta_of(p, BLOCK_M);
+    const int b = cta.b, head_k = cta.head_k, split = cta.split;
     const flashc_kvc_seq seq = flashc_kvc_sequence(p, b);
-    const int m0 = m_block * BLOCK_M;
+    const int m0 = cta.m_block * BLOCK_M;
     const int seq_rows = seq.sq * p.group;
     if (m0 >= seq_rows) return; /* varlen: past this sequence's rows */
     const int rows = min(BLOCK_M, seq_rows - m0);
     const int shift = seq.sk - seq.sq;
-
-    /* This split's key blocks among those any row of the block sees. */
-    int n_begin = 0, n_end = 0;
-    if (seq.valid) {
-        int64_t lo, hi, unused;
-        flashc_visible_cols(m0 / p.group, seq.sq, seq.sk, p.window_left, p.window_right, &lo, &unused);
-        flashc_visible_cols((m0 + rows - 1) / p.group, seq.sq, seq.sk, p.window_left, p.window_right, &unused, &hi);
-        if (hi > lo) {
-            const int first = (int)(lo / BLOCK_N), last = (int)((hi + BLOCK_N - 1) / BLOCK_N);
-            const int per_split = (last - first + p.num_splits - 1) / p.num_splits;
-            n_begin = min(first + split * per_split, last);
-            n_end = min(n_begin + per_split, last);
-        }
-    }
+    int n_begin, n_end;
+    flashc_kvc_split_blocks(p, seq, m0, rows, split, BLOCK_N, &n_begin, &n_end);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
-    flashc_kvc_rows frag_rows;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int tr = warp_m * 16 + lane / 4 + 8 * h;
-        const int m = m0 + tr;
-        frag_rows.row[h] = m / p.group;
-        int64_t lo = 0, hi = 0;
-        if (tr < rows)
-            flashc_visible_cols(frag_rows.row[h], seq.sq, seq.sk, p.window_left, p.window_right, &lo, &hi);
-        frag_rows.lo[h] = (int)lo;
-        frag_rows.hi[h] = (int)hi;
-        const int head = head_k * p.group + m % p.group;
-        frag_rows.alibi_log2[h] =
-            p.alibi_slopes && tr < rows
-                ? p.alibi_slopes[b * p.alibi_batch_stride + head * p.alibi_head_stride] * (float)FLASHC_LOG2E
-                : 0.0f;
-    }
+    const flashc_kvc_rows frag_rows = flashc_kvc_rows_of(p, seq, b, head_k, m0, rows, warp_m, lane);
 
     const T *k_base = reinterpret_cast<const T *>(p.k) + head_k * p.k_head_stride;
     const T *v_base = reinterpret_cast<const T *>(p.v) + head_k * p.v_head_stride;
 
-    /* The CTA visits its key blocks starting at a rotation that differs
-     * between sequences and splits, so the CTAs running at once do not
-     * walk caches whose strides are large powers of two in step (they
-     * would meet on the same memory channels). The sum does not depend on
-     * the order beyond rounding; each CTA's order is fixed. */
-    const int steps = n_end - n_begin;
-    const int rotation = steps > 0 ? (int)(((uint32_t)b * 2654435761u + (uint32_t)split * 40503u) % (uint32_t)steps) : 0;
-    auto block_of = [&](int step) { return n_begin + (step + rotation) % steps; };
+    const flashc_kvc_order order = flashc_kvc_order_of(b, split, n_begin, n_end);
+    const int steps = order.steps;
+    auto block_of = [&](int step) { return order.block_of(step); };
 
     /* Offsets of the cache rows of step `step`'s block into ring step % 2,
      * one thread per row (-1: past the keys, or a block-table entry naming
@@ -183,18 +304,7 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
     flashc_softmax_start(acc_o, st);
 
     if (steps > 0) {
-        /* Q rows of the tile (rows past the block's zero-filled). */
-        {
-            const T *q = reinterpret_cast<const T *>(p.q) + b * p.q_batch_stride;
-            const bool col_ok = chunk * 8 < p.head_dim;
-            for (int tr = chunk_row0; tr < BLOCK_M; tr += ROW_STEP) {
-                const int m = m0 + tr;
-                const bool ok = col_ok && tr < rows;
-                const T *src = q + (seq.q_start + m / p.group) * p.q_row_stride +
-                               (head_k * p.group + m % p.group) * p.q_head_stride + chunk * 8;
-                flashc_cp_async16(flashc_smem_addr(sQ + tr * SD + chunk * 8), ok ? src : q, ok);
-            }
-        }
+        flashc_kvc_load_q<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
         /* Prologue: steps 0 .. STAGES - 2 loading (Q in the first group),
          * the offsets of the next one ready. */
         compute_offsets(0);
@@ -241,60 +351,8 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
         __syncthreads(); /* the stages become the epilogue's buffers */
     }
 
-    /* Epilogue: each warp's rows (max, sum, O over its keys) into shared
-     * memory, then every thread merges whole 4-column chunks of rows. */
-    float *sO = reinterpret_cast<float *>(sStages);       /* [WARPS_N][BLOCK_M][LDO] */
-    float *sMax = sO + WARPS_N * BLOCK_M * C::LDO;        /* [WARPS_N][BLOCK_M] */
-    float *sSum = sMax + WARPS_N * BLOCK_M;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int tr = warp_m * 16 + lane / 4 + 8 * h, slot = warp_n * BLOCK_M + tr;
-        const float sum = flashc_quad_sum(st.row_sum[h]);
-        if (lane % 4 == 0) {
-            sMax[slot] = st.row_max[h];
-            sSum[slot] = sum;
-        }
-#pragma unroll
-        for (int d = 0; d < OUT_ATOMS; ++d)
-            *reinterpret_cast<float2 *>(sO + slot * C::LDO + 8 * d + 2 * (lane % 4)) =
-                make_float2(acc_o[0][d][2 * h], acc_o[0][d][2 * h + 1]);
-    }
-    __syncthreads();
-
-    constexpr int CHUNKS4 = HEAD_DIM / 4;
-    for (int idx = threadIdx.x; idx < BLOCK_M * CHUNKS4; idx += THREADS) {
-        const int tr = idx / CHUNKS4, c = 4 * (idx % CHUNKS4);
-        if (tr >= rows || c >= p.head_dim_v) continue;
-        float row_max = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < WARPS_N; ++w) row_max = fmaxf(row_max, sMax[w * BLOCK_M + tr]);
-        float sum = 0.0f;
-        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int w = 0; w < WARPS_N; ++w) {
-            const float m_w = sMax[w * BLOCK_M + tr];
-            const float weight = m_w == -INFINITY ? 0.0f : flashc_exp2(m_w - row_max);
-            const float4 ow = *reinterpret_cast<const float4 *>(sO + (w * BLOCK_M + tr) * C::LDO + c);
-            sum += weight * sSum[w * BLOCK_M + tr];
-            o.x += weight * ow.x, o.y += weight * ow.y, o.z += weight * ow.z, o.w += weight * ow.w;
-        }
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        o.x *= inv, o.y *= inv, o.z *= inv, o.w *= inv;
-        const int m = m0 + tr, r = m / p.group, head = head_k * p.group + m % p.group;
-        const float lse2 = row_max + log2f(sum); /* log2 domain; only where sum > 0 */
-        if (p.num_splits == 1) {
-            T *out = reinterpret_cast<T *>(p.out) + b * p.o_batch_stride + (seq.q_start + r) * p.o_row_stride +
-                     head * p.o_head_stride + c;
-            *reinterpret_cast<uint2 *>(out) = make_uint2(flashc_pack2<T>(o.x, o.y), flashc_pack2<T>(o.z, o.w));
-            if (c == 0 && p.lse)
-                p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + (seq.q_start + r) * p.lse_row_stride] =
-                    sum > 0.0f ? lse2 * (float)FLASHC_LN2 : INFINITY;
-        } else {
-            const int64_t row = (int64_t)split * p.partial_rows + ((int64_t)b * p.seqlen_q + r) * p.nheads + head;
-            *reinterpret_cast<float4 *>(p.o_partial + row * p.head_dim_v + c) = o;
-            if (c == 0) p.lse_partial[row] = sum > 0.0f ? lse2 : -INFINITY;
-        }
-    }
+    flashc_kvc_epilogue<T, C>(p, seq, st, acc_o, reinterpret_cast<float *>(sStages), warp_m, warp_n, lane, m0, rows, b,
+                              head_k, split);
 }
 
 #endif

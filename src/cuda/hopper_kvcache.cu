@@ -1,0 +1,44 @@
+/* Host side of the Hopper KV-cache kernel (hopper_kvcache.h): whether it
+ * applies, its tensor maps, the head dim of the launch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hopper_host.h"
+#include "hopper_kvcache.h"
+#include "kvcache_config.h"
+
+static bool forced_portable(void) {
+    const char *path = getenv("FLASHC_CUDA_KVCACHE");
+    return path && strcmp(path, "portable") == 0;
+}
+
+/* Boxes of whole paged blocks (16 or 32 rows), or of 64 rows within a
+ * contiguous cache or blocks of 64k rows; 0 where a 64-key step would
+ * straddle blocks unevenly. */
+static int box_rows_of(const flashc_kvc_params *p) {
+    if (!p->block_table) return 64;
+    if (p->cache_leftpad) return 0; /* steps start at leftpad, not at a block boundary */
+    if (p->block_size == 16 || p->block_size == 32) return p->block_size;
+    return p->block_size % 64 == 0 ? 64 : 0;
+}
+
+cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {
+    const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
+    const int box_rows = box_rows_of(p);
+    if (forced_portable() || d > 128 || box_rows == 0 || !flashc_hopper_current_device()) return cudaErrorNotSupported;
+    const int64_t rows = p->block_table ? p->block_size : p->capacity;
+    const int64_t batches = p->block_table ? p->num_blocks : p->cache_batch;
+    if (rows < 1 || batches < 1 || rows > INT32_MAX || batches > INT32_MAX) return cudaErrorNotSupported;
+    flashc_hopper_kvc_maps m;
+    if (!flashc_hopper_make_map(&m.k, p->k, is_bf16, p->head_dim, rows, p->nheads_k, (int)batches, p->k_row_stride,
+                                p->k_head_stride, p->k_batch_stride, box_rows) ||
+        !flashc_hopper_make_map(&m.v, p->v, is_bf16, p->head_dim_v, rows, p->nheads_k, (int)batches,
+                                p->v_row_stride, p->v_head_stride, p->v_batch_stride, box_rows))
+        return cudaErrorNotSupported;
+    const int warps_n = flashc_kvc_warps_n((long long)p->seqlen_q * p->group);
+#define FLASHC_HOPPER_KVC_TRY(HEAD_DIM) \
+    if (d <= HEAD_DIM) return flashc_hopper_kvc_run_hdim##HEAD_DIM(p, &m, stream, is_bf16, warps_n);
+    FLASHC_HOPPER_KVC_HEAD_DIMS(FLASHC_HOPPER_KVC_TRY)
+#undef FLASHC_HOPPER_KVC_TRY
+    return cudaErrorNotSupported;
+}

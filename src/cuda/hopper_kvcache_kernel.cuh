@@ -1,0 +1,221 @@
+/* Attention over a KV cache or paged keys on Hopper (sm_90a): the portable
+ * kernel's tile, warps, split and epilogue (kvcache_kernel.cuh), with the
+ * key blocks brought in by TMA instead of cp.async.
+ *
+ * Why: a decode step is a stream of the cache through the SMs. On the H200
+ * the portable kernel's cp.async stream reads at about 4.15 TB/s, while
+ * TMA box copies without L2 promotion read at 4.45-4.5 TB/s, as fast as a
+ * plain sequential read (bench/NOTES.md, k4).
+ *
+ * K and V are 4-d tensor maps over (column, cache row, KV head, cache batch
+ * or block); boxes of 64 columns x box_rows rows land 128-byte swizzled
+ * (16-byte chunk c of row r at chunk c ^ (r % 8)), which ldmatrix reads
+ * without bank conflicts. A 64-key step is one box per 64 columns of K and
+ * of V, or, with paged blocks of 16 or 32 rows, one per block. Out-of-range
+ * coordinates (a block-table entry naming no block, rows past the cache)
+ * arrive as zeros; V rows past the sequence's keys (other sequences' data,
+ * or NaN poison) are zeroed in shared memory before P V reads them.
+ *
+ *   wait for step i's stage (mbarrier); zero its V rows past the keys
+ *   barrier
+ *   thread 0: step i + STAGES - 1's boxes into the stage step i - 1 used
+ *   coordinates of step i + STAGES (block-table reads), a thread per box row
+ *   S = Q K^T on this warp's keys, logit rule and mask
+ *   online softmax, P rounded, O += P V */
+#ifndef FLASHC_CUDA_HOPPER_KVCACHE_KERNEL_CUH
+#define FLASHC_CUDA_HOPPER_KVCACHE_KERNEL_CUH
+
+#include <cuda.h>
+
+#include "hopper_ptx.cuh"
+#include "kvcache_kernel.cuh"
+
+/* Shared memory of the TMA variant: Q (padded rows, cp.async), two rings of
+ * box coordinates, the stage mbarriers, then 1024-byte aligned stages
+ * (swizzled K and V boxes) that the epilogue reuses. */
+template <int HEAD_DIM, int WARPS_N>
+struct flashc_hopper_kvc_config {
+    typedef flashc_kvc_config<HEAD_DIM, WARPS_N> P; /* tile, warps, stages */
+    static constexpr int BOXES = HEAD_DIM / 64;     /* 64-column boxes per row */
+    static constexpr int MAX_PIECES = 4;            /* box_rows >= 16 */
+    static constexpr int K_BYTES = P::BLOCK_N * HEAD_DIM * 2, STAGE_BYTES = 2 * K_BYTES;
+    static constexpr int RING_OFFSET = P::Q_BYTES;
+    static constexpr int BAR_OFFSET = RING_OFFSET + 2 * MAX_PIECES * 8;
+    static constexpr int HEADER_BYTES = BAR_OFFSET + P::STAGES * 8;
+    static constexpr int LOOP_BYTES = P::STAGES * STAGE_BYTES;
+    static constexpr int BODY_BYTES = LOOP_BYTES > P::EPILOGUE_BYTES ? LOOP_BYTES : P::EPILOGUE_BYTES;
+    static constexpr int SMEM_BYTES = HEADER_BYTES + 1024 + BODY_BYTES; /* 1024: alignment of the stages */
+    static_assert(HEAD_DIM % 64 == 0, "whole 64-column boxes");
+};
+
+/* 16-byte chunk `chunk` (of 16-bit elements, 0 .. HEAD_DIM / 8) of row `row`
+ * of a swizzled [box][BLOCK_N rows][128 bytes] tile. */
+template <int BLOCK_N>
+static __device__ __forceinline__ uint32_t flashc_hopper_kvc_swizzle(int row, int chunk) {
+    return (uint32_t)((chunk / 8) * BLOCK_N * 128 + row * 128 + (((chunk % 8) ^ (row % 8)) << 4));
+}
+
+template <typename T, int HEAD_DIM, int WARPS_N>
+__global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
+    flashc_hopper_kvc_kernel(const flashc_kvc_params p, const __grid_constant__ CUtensorMap k_map,
+                             const __grid_constant__ CUtensorMap v_map) {
+    typedef flashc_kvc_config<HEAD_DIM, WARPS_N> C;
+    typedef flashc_hopper_kvc_config<HEAD_DIM, WARPS_N> H;
+    constexpr int THREADS = FLASHC_KVC_THREADS, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N;
+    constexpr int WARPS_M = C::WARPS_M, STAGES = C::STAGES, KEYS_PER_WARP = C::KEYS_PER_WARP;
+    constexpr int COL_ATOMS = KEYS_PER_WARP / 8, OUT_ATOMS = HEAD_DIM / 8, SD = C::SD;
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    T *sQ = reinterpret_cast<T *>(smem);
+    int2 *sCoords = reinterpret_cast<int2 *>(smem + H::RING_OFFSET); /* [ring][piece]: (row, block) */
+    const uint32_t bars = flashc_smem_addr(smem + H::BAR_OFFSET);
+    const uint32_t smem_addr = flashc_smem_addr(smem);
+    const uint32_t stages_addr = (smem_addr + H::HEADER_BYTES + 1023u) & ~1023u;
+    unsigned char *sStages = smem + (stages_addr - smem_addr);
+
+    const flashc_kvc_cta cta = flashc_kvc_cta_of(p, BLOCK_M);
+    const int b = cta.b, head_k = cta.head_k, split = cta.split;
+    const flashc_kvc_seq seq = flashc_kvc_sequence(p, b);
+    const int m0 = cta.m_block * BLOCK_M;
+    const int seq_rows = seq.sq * p.group;
+    if (m0 >= seq_rows) return; /* varlen: past this sequence's rows */
+    const int rows = min(BLOCK_M, seq_rows - m0);
+    const int shift = seq.sk - seq.sq;
+    int n_begin, n_end;
+    flashc_kvc_split_blocks(p, seq, m0, rows, split, BLOCK_N, &n_begin, &n_end);
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
+    const flashc_kvc_rows frag_rows = flashc_kvc_rows_of(p, seq, b, head_k, m0, rows, warp_m, lane);
+    const flashc_kvc_order order = flashc_kvc_order_of(b, split, n_begin, n_end);
+    const int steps = order.steps;
+
+    /* Paged blocks of 16 or 32 rows take one box each; a contiguous cache
+     * and blocks of 64k rows take whole 64-row boxes. */
+    const int box_rows = p.block_table && p.block_size < BLOCK_N ? p.block_size : BLOCK_N;
+    const int pieces = BLOCK_N / box_rows;
+
+    /* Coordinates of step `step`'s boxes into ring step % 2, a thread per
+     * box: (cache row, block or cache batch); row -1 for a box whose first
+     * key is past the sequence (not loaded: its rows are stale and only
+     * reach masked scores and zeroed V rows). */
+    auto compute_coords = [&](int step) {
+        const int i = threadIdx.x;
+        if (i >= pieces) return;
+        const int key = order.block_of(step) * BLOCK_N + i * box_rows;
+        int2 c = make_int2(-1, 0);
+        if (key < seq.sk) {
+            int block, row;
+            flashc_kvc_find(p, b, seq, seq.k_start + key, &block, &row);
+            c = make_int2(row, block);
+        }
+        sCoords[(step & 1) * H::MAX_PIECES + i] = c;
+    };
+    /* Thread 0: step `step`'s boxes into stage `stage`, completing on its
+     * mbarrier. */
+    auto issue = [&](int step, int stage) {
+        const int2 *ring = sCoords + (step & 1) * H::MAX_PIECES;
+        const uint32_t bar = bars + 8u * (uint32_t)stage;
+        const uint32_t sK = stages_addr + (uint32_t)stage * H::STAGE_BYTES, sV = sK + H::K_BYTES;
+        int live = 0;
+        for (int i = 0; i < pieces; ++i) live += ring[i].x >= 0;
+        flashc_mbarrier_expect_bytes(bar, (uint32_t)(live * box_rows * 128 * 2 * H::BOXES));
+        for (int i = 0; i < pieces; ++i) {
+            const int2 c = ring[i];
+            if (c.x < 0) continue;
+#pragma unroll
+            for (int box = 0; box < H::BOXES; ++box) {
+                const uint32_t at = (uint32_t)(box * BLOCK_N * 128 + i * box_rows * 128);
+                flashc_tma_load_4d(sK + at, &k_map, 64 * box, c.x, head_k, c.y, bar);
+                flashc_tma_load_4d(sV + at, &v_map, 64 * box, c.x, head_k, c.y, bar);
+            }
+        }
+    };
+
+    float acc_o[1][OUT_ATOMS][4];
+    flashc_softmax_state<1> st;
+    flashc_softmax_start(acc_o, st);
+
+    if (steps > 0) {
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < STAGES; ++s) flashc_mbarrier_init(bars + 8u * (uint32_t)s, 1);
+            flashc_mbarrier_init_fence();
+        }
+        flashc_kvc_load_q<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
+        flashc_cp_async_commit();
+        compute_coords(0);
+        /* Prologue: steps 0 .. STAGES - 2 in flight, the coordinates of the
+         * next one ready. */
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            __syncthreads();
+            if (threadIdx.x == 0 && s < steps) issue(s, s);
+            if (s + 1 < steps) compute_coords(s + 1);
+        }
+        flashc_cp_async_wait<0>(); /* Q; visible to all after the loop's first barrier */
+
+        const uint32_t q_addr = flashc_smem_addr(sQ + (warp_m * 16 + lane % 16) * SD + (lane / 16) * 8);
+        /* ldmatrix rows of this lane: K (x4 over two key octets and two
+         * column chunks), V transposed (two key octets, two column chunks). */
+        const int k_row = warp_n * KEYS_PER_WARP + (lane % 8) + (lane / 16) * 8, k_chunk = (lane / 8) % 2;
+        const int v_row = warp_n * KEYS_PER_WARP + (lane % 8) + ((lane / 8) % 2) * 8, v_chunk = lane / 16;
+
+        for (int i = 0; i < steps; ++i) {
+            const int stage = i % STAGES, n_block = order.block_of(i);
+            const uint32_t sK = stages_addr + (uint32_t)stage * H::STAGE_BYTES, sV = sK + H::K_BYTES;
+            flashc_mbarrier_wait(bars + 8u * (uint32_t)stage, (uint32_t)(i / STAGES) & 1u);
+            const int valid_keys = seq.sk - n_block * BLOCK_N;
+            if (valid_keys < BLOCK_N) { /* V rows past the keys: zeros (P is 0 there, and 0 x NaN is NaN) */
+                uint4 *v = reinterpret_cast<uint4 *>(sStages + stage * H::STAGE_BYTES + H::K_BYTES);
+                for (int idx = threadIdx.x; idx < H::BOXES * BLOCK_N * 8; idx += THREADS) {
+                    const int row = (idx / 8) % BLOCK_N;
+                    if (row >= valid_keys) v[idx] = make_uint4(0u, 0u, 0u, 0u);
+                }
+                flashc_fence_proxy_async(); /* before a later box lands in this stage */
+            }
+            __syncthreads();
+            if (threadIdx.x == 0 && i + STAGES - 1 < steps) issue(i + STAGES - 1, (i + STAGES - 1) % STAGES);
+            if (i + STAGES < steps) compute_coords(i + STAGES);
+
+            /* S = Q K^T over this warp's keys. */
+            float acc_s[1][COL_ATOMS][4];
+#pragma unroll
+            for (int j = 0; j < COL_ATOMS; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc_s[0][j][e] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
+                uint32_t a[4];
+                flashc_ldmatrix_x4(a, q_addr + ks * 32);
+#pragma unroll
+                for (int jp = 0; jp < KEYS_PER_WARP / 16; ++jp) {
+                    uint32_t bk[4];
+                    flashc_ldmatrix_x4(bk, sK + flashc_hopper_kvc_swizzle<BLOCK_N>(k_row + 16 * jp, 2 * ks + k_chunk));
+                    flashc_mma16816<T>(acc_s[0][2 * jp], a, bk[0], bk[1]);
+                    flashc_mma16816<T>(acc_s[0][2 * jp + 1], a, bk[2], bk[3]);
+                }
+            }
+            flashc_kvc_scores(acc_s, p, frag_rows, n_block * BLOCK_N + warp_n * KEYS_PER_WARP + 2 * (lane % 4),
+                              shift);
+            flashc_softmax_update(st, acc_s, acc_o, 1.0f);
+            uint32_t p_frag[1][COL_ATOMS / 2][4];
+            flashc_pack_p<T>(p_frag, acc_s);
+            /* O += P V over this warp's keys. */
+#pragma unroll
+            for (int ks = 0; ks < KEYS_PER_WARP / 16; ++ks)
+#pragma unroll
+                for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
+                    uint32_t bv[4];
+                    flashc_ldmatrix_x4_trans(bv, sV + flashc_hopper_kvc_swizzle<BLOCK_N>(v_row + 16 * ks, 2 * dp + v_chunk));
+                    flashc_mma16816<T>(acc_o[0][2 * dp], p_frag[0][ks], bv[0], bv[1]);
+                    flashc_mma16816<T>(acc_o[0][2 * dp + 1], p_frag[0][ks], bv[2], bv[3]);
+                }
+        }
+        __syncthreads(); /* every box landed and was read: the stages become the epilogue's buffers */
+    }
+
+    flashc_kvc_epilogue<T, C>(p, seq, st, acc_o, reinterpret_cast<float *>(sStages), warp_m, warp_n, lane, m0, rows, b,
+                              head_k, split);
+}
+
+#endif

@@ -1,0 +1,44 @@
+/* Launching the Hopper KV-cache kernel of one head dim: its three warp
+ * layouts x two dtypes, the shared-memory opt-in and the portable kernel's
+ * flat grid. Each hopper_kvcache_hdim*.cu instantiates one head dim. */
+#ifndef FLASHC_CUDA_HOPPER_KVCACHE_LAUNCH_CUH
+#define FLASHC_CUDA_HOPPER_KVCACHE_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+
+#include "hopper_kvcache.h"
+#include "hopper_kvcache_kernel.cuh"
+#include "launch_grid.h"
+#include "smem_optin.cuh"
+
+template <typename T, int HEAD_DIM, int WARPS_N>
+static cudaError_t flashc_hopper_kvc_launch(const flashc_kvc_params &p, const flashc_hopper_kvc_maps &m,
+                                            cudaStream_t stream) {
+    typedef flashc_hopper_kvc_config<HEAD_DIM, WARPS_N> H;
+    auto kernel = flashc_hopper_kvc_kernel<T, HEAD_DIM, WARPS_N>;
+    static unsigned long long smem_raised;
+    cudaError_t err = flashc_smem_optin((const void *)kernel, H::SMEM_BYTES, &smem_raised);
+    if (err != cudaSuccess) return err;
+    const long long m_blocks = ((long long)p.seqlen_q * p.group + H::P::BLOCK_M - 1) / H::P::BLOCK_M;
+    unsigned grid;
+    err = flashc_flat_grid(m_blocks * p.num_splits, p.nheads_k, p.batch, &grid);
+    if (err != cudaSuccess || grid == 0) return err;
+    kernel<<<grid, FLASHC_KVC_THREADS, H::SMEM_BYTES, stream>>>(p, m.k, m.v);
+    return cudaGetLastError();
+}
+
+#define FLASHC_HOPPER_KVC_DEFINE_RUN(HEAD_DIM)                                                                  \
+    cudaError_t flashc_hopper_kvc_run_hdim##HEAD_DIM(const flashc_kvc_params *p, const flashc_hopper_kvc_maps *m, \
+                                                     void *stream, int is_bf16, int warps_n) {                  \
+        cudaStream_t s = (cudaStream_t)stream;                                                                  \
+        if (is_bf16) {                                                                                          \
+            if (warps_n == 4) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 4>(*p, *m, s);           \
+            if (warps_n == 2) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 2>(*p, *m, s);           \
+            return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 1>(*p, *m, s);                             \
+        }                                                                                                       \
+        if (warps_n == 4) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 4>(*p, *m, s);                      \
+        if (warps_n == 2) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 2>(*p, *m, s);                      \
+        return flashc_hopper_kvc_launch<__half, HEAD_DIM, 1>(*p, *m, s);                                        \
+    }
+
+#endif
