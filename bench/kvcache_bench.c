@@ -19,7 +19,9 @@
  * row; the paged layouts view them as blocks).
  *
  * Usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse]
- * (a markdown table; --reverse runs each row's layouts last to first) */
+ *                      [--shape KV_HEADS,BATCH,CACHE]
+ * (a markdown table; --reverse runs each row's layouts last to first;
+ * --shape runs only that row, e.g. for a profiler) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,7 +207,7 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, reverse = 0;
+    int quick = 0, reverse = 0, only_hk = 0, only_batch = 0, only_cache = 0;
     double min_gib = 0.0, max_gib = 16.0;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--quick"))
@@ -216,8 +218,12 @@ int main(int argc, char **argv) {
             min_gib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reverse"))
             reverse = 1;
-        else {
-            fprintf(stderr, "usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse]\n");
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
+                 sscanf(argv[++i], "%d,%d,%d", &only_hk, &only_batch, &only_cache) == 3) {
+            /* one row */
+        } else {
+            fprintf(stderr, "usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse] "
+                            "[--shape KV_HEADS,BATCH,CACHE]\n");
             return 2;
         }
     }
@@ -245,6 +251,7 @@ int main(int argc, char **argv) {
                     bench_row r = {32, kv_heads[hi], batches[bi], caches[ci], bs, layouts[li] < 0};
                     const double bytes = 4.0 * r.batch * (double)r.cache * r.nheads_k * 128;
                     if (bytes > max_gib * (1u << 30) || bytes < min_gib * (1u << 30)) continue;
+                    if (only_hk && (r.nheads_k != only_hk || r.batch != only_batch || r.cache != only_cache)) continue;
                     if (quick && !(r.batch == 1 || r.batch * (double)r.cache >= 262144)) continue;
                     if (quick && r.block_size == 16 && r.batch != 1) continue;
                     int splits = 1;

@@ -73,6 +73,10 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
     const uint32_t stages_addr = (smem_addr + H::HEADER_BYTES + 1023u) & ~1023u;
     unsigned char *sStages = smem + (stages_addr - smem_addr);
 
+    /* The split combine (a programmatic dependent launch) may be scheduled
+     * now: it waits for this grid's completion itself. */
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+
     const flashc_kvc_cta cta = flashc_kvc_cta_of(p, BLOCK_M);
     const int b = cta.b, head_k = cta.head_k, split = cta.split;
     const flashc_kvc_seq seq = flashc_kvc_sequence(p, b);

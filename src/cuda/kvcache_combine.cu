@@ -2,8 +2,11 @@
  * num_splits partials of the attention kernel (each normalised by its own
  * sum, its LSE in the log2 domain, -inf where the split saw no key):
  *   LSE = log2 sum_s 2^lse_s,  out = sum_s 2^(lse_s - LSE) out_s,
- * exact up to float rounding. One warp per row; the lanes take the splits
- * for the LSE and 4-column chunks for out. */
+ * exact up to float rounding. One CTA per row: warp 0 forms the weights
+ * from the splits' LSEs, then the four warps each add a quarter of the
+ * splits (their loads in flight together: a decode call's combine is a
+ * couple of memory latencies, not one per split) and warp 0 adds the four
+ * sums; lanes take 4-column chunks. */
 #include <math.h>
 
 #include "fwd_params.h"
@@ -16,53 +19,101 @@
 
 template <typename T>
 __global__ void __launch_bounds__(FLASHC_KVC_COMBINE_THREADS) flashc_kvc_combine_kernel(const flashc_kvc_params p) {
-    __shared__ float s_weight[FLASHC_KVC_COMBINE_WARPS][FLASHC_KVC_MAX_SPLITS];
+#if __CUDA_ARCH__ >= 900
+    /* Launched as a programmatic dependent of the attention kernel (sm_90+):
+     * its partials are complete and visible only past this wait. */
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+    __shared__ float s_weight[FLASHC_KVC_MAX_SPLITS];
+    __shared__ float4 s_sum[FLASHC_KVC_COMBINE_WARPS][32];
+    __shared__ float s_lse2;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t row = (int64_t)blockIdx.x * FLASHC_KVC_COMBINE_WARPS + warp;
+    const int64_t row = blockIdx.x;
     if (row >= p.partial_rows) return;
     const int head = (int)(row % p.nheads);
     const int r = (int)(row / p.nheads % p.seqlen_q);
     const int b = (int)(row / p.nheads / p.seqlen_q);
 
-    float max_lse = -INFINITY;
-    for (int s = lane; s < p.num_splits; s += 32) max_lse = fmaxf(max_lse, p.lse_partial[s * p.partial_rows + row]);
+    if (warp == 0) {
+        float max_lse = -INFINITY;
+        for (int s = lane; s < p.num_splits; s += 32) max_lse = fmaxf(max_lse, p.lse_partial[s * p.partial_rows + row]);
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
-    float sum = 0.0f;
-    if (max_lse != -INFINITY)
-        for (int s = lane; s < p.num_splits; s += 32) sum += flashc_exp2(p.lse_partial[s * p.partial_rows + row] - max_lse);
+        for (int o = 16; o > 0; o /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+        float sum = 0.0f;
+        if (max_lse != -INFINITY)
+            for (int s = lane; s < p.num_splits; s += 32)
+                sum += flashc_exp2(p.lse_partial[s * p.partial_rows + row] - max_lse);
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float lse2 = max_lse + log2f(sum); /* only where sum > 0 */
-    for (int s = lane; s < p.num_splits; s += 32)
-        s_weight[warp][s] = sum > 0.0f ? flashc_exp2(p.lse_partial[s * p.partial_rows + row] - lse2) : 0.0f;
-    __syncwarp();
+        for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float lse2 = sum > 0.0f ? max_lse + log2f(sum) : -INFINITY;
+        for (int s = lane; s < p.num_splits; s += 32)
+            s_weight[s] = sum > 0.0f ? flashc_exp2(p.lse_partial[s * p.partial_rows + row] - lse2) : 0.0f;
+        if (lane == 0) s_lse2 = lse2;
+    }
+    __syncthreads();
 
     T *out = reinterpret_cast<T *>(p.out) + b * p.o_batch_stride + r * p.o_row_stride + head * p.o_head_stride;
-    for (int c = 4 * lane; c < p.head_dim_v; c += 128) {
+    constexpr int BATCH = 8; /* partial rows in flight per lane */
+    for (int c0 = 0; c0 < p.head_dim_v; c0 += 128) {
+        const int c = c0 + 4 * lane;
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int s = 0; s < p.num_splits; ++s) {
-            const float w = s_weight[warp][s];
-            if (w == 0.0f) continue; /* empty splits hold no out rows worth reading */
-            const float4 x = *reinterpret_cast<const float4 *>(p.o_partial + (s * p.partial_rows + row) * p.head_dim_v + c);
-            o.x += w * x.x, o.y += w * x.y, o.z += w * x.z, o.w += w * x.w;
+        for (int s0 = warp; s0 < p.num_splits; s0 += BATCH * FLASHC_KVC_COMBINE_WARPS) {
+            float4 x[BATCH];
+            float w[BATCH];
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u) {
+                const int s = s0 + u * FLASHC_KVC_COMBINE_WARPS;
+                const int s_read = min(s, p.num_splits - 1), c_read = min(c, p.head_dim_v - 4);
+                w[u] = s < p.num_splits && c < p.head_dim_v ? s_weight[s] : 0.0f;
+                /* loaded unconditionally (so the loads go out together), then
+                 * dropped by a select where the weight is 0: an empty split
+                 * wrote no out row, and 0 x NaN would be NaN */
+                const float4 y = *reinterpret_cast<const float4 *>(
+                    p.o_partial + (s_read * p.partial_rows + row) * p.head_dim_v + c_read);
+                x[u] = w[u] != 0.0f ? y : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u)
+                o.x += w[u] * x[u].x, o.y += w[u] * x[u].y, o.z += w[u] * x[u].z, o.w += w[u] * x[u].w;
         }
-        *reinterpret_cast<uint2 *>(out + c) = make_uint2(flashc_pack2<T>(o.x, o.y), flashc_pack2<T>(o.z, o.w));
+        s_sum[warp][lane] = o;
+        __syncthreads();
+        if (warp == 0 && c < p.head_dim_v) {
+#pragma unroll
+            for (int w = 1; w < FLASHC_KVC_COMBINE_WARPS; ++w) {
+                const float4 y = s_sum[w][lane];
+                o.x += y.x, o.y += y.y, o.z += y.z, o.w += y.w;
+            }
+            *reinterpret_cast<uint2 *>(out + c) = make_uint2(flashc_pack2<T>(o.x, o.y), flashc_pack2<T>(o.z, o.w));
+        }
+        __syncthreads();
     }
-    if (p.lse && lane == 0)
+    if (p.lse && threadIdx.x == 0)
         p.lse[b * p.lse_batch_stride + head * p.lse_head_stride + r * p.lse_row_stride] =
-            sum > 0.0f ? lse2 * (float)FLASHC_LN2 : INFINITY;
+            s_lse2 != -INFINITY ? s_lse2 * (float)FLASHC_LN2 : INFINITY;
 }
 
+/* On sm_90+ the combine is a programmatic dependent launch: it is scheduled
+ * while the attention kernel's last CTAs run (they trigger it at their
+ * start) and waits in the kernel, so the launch latency between the two
+ * kernels is hidden; elsewhere an ordinary launch. */
 cudaError_t flashc_kvc_combine(const flashc_kvc_params *p, void *stream, int is_bf16) {
     unsigned grid;
-    cudaError_t err = flashc_flat_grid((p->partial_rows + FLASHC_KVC_COMBINE_WARPS - 1) / FLASHC_KVC_COMBINE_WARPS,
-                                       1, 1, &grid);
+    cudaError_t err = flashc_flat_grid(p->partial_rows, 1, 1, &grid);
     if (err != cudaSuccess || grid == 0) return err;
-    cudaStream_t s = (cudaStream_t)stream;
-    if (is_bf16)
-        flashc_kvc_combine_kernel<__nv_bfloat16><<<grid, FLASHC_KVC_COMBINE_THREADS, 0, s>>>(*p);
-    else
-        flashc_kvc_combine_kernel<__half><<<grid, FLASHC_KVC_COMBINE_THREADS, 0, s>>>(*p);
-    return cudaGetLastError();
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+        return cudaGetLastError();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(FLASHC_KVC_COMBINE_THREADS);
+    config.stream = (cudaStream_t)stream;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = major >= 9 ? 1 : 0;
+    return is_bf16 ? cudaLaunchKernelEx(&config, flashc_kvc_combine_kernel<__nv_bfloat16>, *p)
+                   : cudaLaunchKernelEx(&config, flashc_kvc_combine_kernel<__half>, *p);
 }
