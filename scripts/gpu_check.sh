@@ -7,7 +7,9 @@
 #             (registers, shared memory, stack, spills) in build.log
 #   ctest     every C test, test_cuda_forward and test_cuda_backward (quick
 #             mode) with their output, test_cuda_kvcache again on the
-#             portable kernel (quick), and a default `flashc run` (GPU)
+#             portable kernel (quick), the portable kernels under the
+#             shared memory of an sm_86 / sm_89 part (FLASHC_CUDA_SMEM_LIMIT),
+#             and a default `flashc run` (GPU)
 #             checked against the reference: ctest.log
 #   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid,
 #             default kernels and the portable ones), on test_cuda_kvcache
@@ -136,11 +138,21 @@ step_ctest() {
     ( cd "$B/tests" && FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1 timeout "$(budget 300)" \
           ./test_cuda_kvcache > "$SCRATCH/cuda_kvc_portable.log" 2>&1 ) &
     local kvp_pid=$!
+    # the portable kernels with the shared memory of an sm_86 / sm_89 part
+    # (99 KiB per CTA): the configurations chosen for it, every head dim
+    ( cd "$B/tests" && export FLASHC_CUDA_SMEM_LIMIT=101376 FLASHC_CUDA_FORWARD=portable \
+          FLASHC_CUDA_BACKWARD=portable FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1 &&
+      FLASHC_TEST_QUICK=0 FLASHC_TEST_FILTER=every_configuration timeout "$(budget 300)" ./test_cuda_backward &&
+      timeout "$(budget 300)" ./test_cuda_kvcache && FLASHC_TEST_FILTER=features_alone timeout "$(budget 300)" \
+          ./test_cuda_forward ) > "$SCRATCH/cuda_99k.log" 2>&1 &
+    local small_pid=$!
     timeout "$(budget 300)" ctest --test-dir "$B" -E '^test_cuda_(forward|backward)$' -j 8 --output-on-failure \
         > "$log" 2>&1
     local rc_cpu=$?
     wait "$kvp_pid"
     local rc_kvp=$?
+    wait "$small_pid"
+    local rc_small=$?
     wait "$fwd_pid"
     local rc_fwd=$? rc_bwd=0 pid bwd_passed=0 bwd_count=0
     for pid in "${bwd_pids[@]}"; do wait "$pid" || rc_bwd=1; done
@@ -160,6 +172,11 @@ step_ctest() {
         echo "=== test_cuda_kvcache, portable kernel (FLASHC_CUDA_KVCACHE=portable, quick) ==="
         grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/cuda_kvc_portable.log"
         echo
+        echo "=== portable kernels at 99 KiB of shared memory per CTA (FLASHC_CUDA_SMEM_LIMIT=101376):"
+        echo "    test_cuda_backward every_configuration (all 27), test_cuda_kvcache and test_cuda_forward"
+        echo "    features_alone (quick) ==="
+        grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/cuda_99k.log"
+        echo
         echo "=== flashc run (default problem on the GPU, checked against the reference) ==="
         timeout "$(budget 120)" "$B/flashc" run --repeat 5 --warmup 2 --quiet
         echo "flashc run exit status: $?"
@@ -170,8 +187,9 @@ step_ctest() {
     bwd_line="$bwd_passed/$bwd_count tests passed"
     NOTE[ctest]="CPU tests: ${cpu_line:-?}; test_cuda_forward: ${fwd_line:-?}; test_cuda_backward: ${bwd_line:-?}"
     NOTE[ctest]+="; test_cuda_kvcache portable: $( [ "$rc_kvp" -eq 0 ] && echo passed || echo "status $rc_kvp")"
+    NOTE[ctest]+="; 99 KiB portable: $( [ "$rc_small" -eq 0 ] && echo passed || echo "status $rc_small")"
     grep -q '^result    PASS' "$log" || NOTE[ctest]+="; flashc run check did not PASS"
-    [ "$rc_cpu" -eq 0 ] && [ "$rc_fwd" -eq 0 ] && [ "$rc_bwd" -eq 0 ] && [ "$rc_kvp" -eq 0 ] &&
+    [ "$rc_cpu" -eq 0 ] && [ "$rc_fwd" -eq 0 ] && [ "$rc_bwd" -eq 0 ] && [ "$rc_kvp" -eq 0 ] && [ "$rc_small" -eq 0 ] &&
         grep -q '^result    PASS' "$log"
 }
 

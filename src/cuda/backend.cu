@@ -203,12 +203,33 @@ int flashc_cuda_device_sms(int dev) {
     return sms;
 }
 
+int flashc_cuda_device_smem_optin(int dev) {
+    enum { MAX_DEVICES = 64 };
+    static int known[MAX_DEVICES];
+    if (dev < 0) return 0;
+    int optin = dev < MAX_DEVICES ? known[dev] : 0;
+    if (!optin) {
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        if (dev < MAX_DEVICES) known[dev] = optin;
+    }
+    const char *limit = getenv("FLASHC_CUDA_SMEM_LIMIT");
+    if (limit) {
+        const long cap = strtol(limit, nullptr, 10);
+        if (cap > 0 && cap < optin) optin = (int)cap;
+    }
+    return optin;
+}
+
 /* The plan of the kernel that will run (bwd_workspace.h). The environment
  * variable FLASHC_CUDA_BWD_HEAD_SPLITS, a divisor of the GQA group, fixes
  * the Hopper kernel's head splits (for benchmarks of the choice). */
 static flashc_bwd_plan backward_plan(const flashc_problem *p) {
     const bool hopper = flashc_hopper_bwd_applies(p);
-    flashc_bwd_plan plan = flashc_bwd_plan_of(p, hopper, flashc_cuda_device_sms(p->device_index));
+    flashc_bwd_plan plan = flashc_bwd_plan_of(p, hopper, flashc_cuda_device_sms(p->device_index),
+                                              flashc_cuda_device_smem_optin(p->device_index));
     const char *forced = getenv("FLASHC_CUDA_BWD_HEAD_SPLITS");
     const int64_t group = p->nheads_k > 0 ? p->nheads / p->nheads_k : 1;
     if (forced && hopper) {
@@ -226,7 +247,7 @@ static cudaError_t backward_body(const void *arg) {
     const flashc_bwd_params k = make_bwd_params(p, &plan, &L);
     const int is_bf16 = p->dtype == FLASHC_DTYPE_BFLOAT16;
     cudaError_t err = flashc_bwd_preprocess(&k, is_bf16, p->stream);
-    if (err == cudaSuccess) err = flashc_bwd_dispatch(&k, p->stream, is_bf16, plan.head_dim);
+    if (err == cudaSuccess) err = flashc_bwd_dispatch(&k, p->stream, is_bf16, plan.head_dim, plan.small);
     if (err == cudaSuccess) err = flashc_bwd_convert_dq(&k, is_bf16, p->stream);
     if (err == cudaSuccess && p->is_varlen) err = flashc_bwd_zero_unused_rows(&k, is_bf16, p->stream);
     return err;

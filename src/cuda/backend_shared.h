@@ -26,6 +26,13 @@ flashc_status flashc_cuda_on_device(int device, cudaError_t (*body)(const void *
 /* Multiprocessors of device dev, asked once per device (0 if unknown). */
 int flashc_cuda_device_sms(int dev);
 
+/* The most dynamic shared memory one CTA of device dev may opt in to (0 if
+ * unknown): 227 KiB on H100 / H200, 163 on A100, 99 on sm_86 / sm_89
+ * (RTX 30 / 40, A10, L40S). The kernels' tile choices fit under it. The
+ * environment variable FLASHC_CUDA_SMEM_LIMIT (bytes) lowers it, so the
+ * choices for smaller parts can be tested on a larger one. */
+int flashc_cuda_device_smem_optin(int dev);
+
 /* The varlen forward with a block table (p->kv.block_table): the KV-cache
  * kernel with one split. */
 flashc_status flashc_cuda_paged_forward(const flashc_problem *p);

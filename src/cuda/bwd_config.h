@@ -14,23 +14,37 @@
  *
  * Shared memory: K, V (BLOCK_N rows), Q and dO (BLOCK_M rows, two stages
  * where the device has room, else one), P and dS (BLOCK_M x BLOCK_N, 16-bit),
- * LSE and D rows. Rows padded by 16 bytes, as in the forward. */
+ * LSE and D rows. Rows padded by 16 bytes, as in the forward. One stage of
+ * the 96 - 256 configurations needs 112 - 150 KiB, more than the 99 KiB a
+ * CTA may have on sm_86 / sm_89; there the plan takes their SMALL
+ * configurations (64 keys, or 32 query rows and fewer keys: 72 - 88 KiB). */
 #ifndef FLASHC_CUDA_BWD_CONFIG_H
 #define FLASHC_CUDA_BWD_CONFIG_H
 
-#define FLASHC_BWD_CONFIGS(X)                                                      \
-    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK */ \
-    X(64, 64, 128, 8, 2, 4, 4, 32)                                                 \
-    X(96, 64, 128, 8, 2, 4, 4, 48)                                                 \
-    X(128, 64, 128, 8, 2, 4, 4, 32)                                                \
-    X(192, 64, 64, 8, 2, 2, 4, 32)                                                 \
-    X(256, 64, 64, 8, 2, 2, 4, 32)
+#define FLASHC_BWD_CONFIGS(X)                                                             \
+    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK SMALL */ \
+    X(64, 64, 128, 8, 2, 4, 4, 32, 0)                                                     \
+    X(96, 64, 128, 8, 2, 4, 4, 48, 0)                                                     \
+    X(128, 64, 128, 8, 2, 4, 4, 32, 0)                                                    \
+    X(192, 64, 64, 8, 2, 2, 4, 32, 0)                                                     \
+    X(256, 64, 64, 8, 2, 2, 4, 32, 0)                                                     \
+    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */  \
+    X(96, 64, 64, 8, 2, 4, 4, 48, 1)                                                      \
+    X(128, 64, 64, 8, 2, 2, 4, 32, 1)                                                     \
+    X(192, 32, 64, 8, 2, 2, 2, 48, 1)                                                     \
+    X(256, 32, 32, 4, 2, 2, 2, 32, 1)
 
-template <int HEAD_DIM>
-struct flashc_bwd_config;
-#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, KVWN, QWM, DQC)                   \
+/* The compiled head dims, smallest first. */
+#define FLASHC_BWD_HEAD_DIMS(X) X(64) X(96) X(128) X(192) X(256)
+
+template <int HEAD_DIM, bool SMALL = false>
+struct flashc_bwd_config {
+    static constexpr bool COMPILED = false;
+};
+#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, KVWN, QWM, DQC, SM)               \
     template <>                                                                        \
-    struct flashc_bwd_config<D> {                                                      \
+    struct flashc_bwd_config<D, SM> {                                                  \
+        static constexpr bool COMPILED = true;                                         \
         static constexpr int BLOCK_M = BM, BLOCK_N = BN, WARPS = W;                    \
         static constexpr int S_WARPS_M = SWM, KV_WARPS_N = KVWN, Q_WARPS_M = QWM;      \
         static constexpr int DQ_CHUNK = DQC;                                           \

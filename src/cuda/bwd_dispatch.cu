@@ -4,7 +4,8 @@
 #include "bwd_launch.h"
 #include "hopper_bwd.h"
 
-cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config) {
+cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config,
+                                int small) {
     const cudaError_t hopper = flashc_hopper_bwd(p, stream, is_bf16);
     if (hopper == cudaSuccess && p->head_splits > 1) return flashc_bwd_combine_dkv(p, is_bf16, stream);
     if (hopper != cudaErrorNotSupported) return hopper;
@@ -20,9 +21,9 @@ cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is
         portable.dq_order = nullptr;
     }
     p = &portable;
-#define FLASHC_BWD_TRY_CONFIG(HEAD_DIM, BM, BN, W, SWM, KVWN, QWM, DQC) \
-    if (head_dim_config == HEAD_DIM) return flashc_bwd_run_hdim##HEAD_DIM(p, stream, is_bf16);
-    FLASHC_BWD_CONFIGS(FLASHC_BWD_TRY_CONFIG)
+#define FLASHC_BWD_TRY_CONFIG(HEAD_DIM) \
+    if (head_dim_config == HEAD_DIM) return flashc_bwd_run_hdim##HEAD_DIM(p, stream, is_bf16, small);
+    FLASHC_BWD_HEAD_DIMS(FLASHC_BWD_TRY_CONFIG)
 #undef FLASHC_BWD_TRY_CONFIG
     return cudaErrorInvalidValue; /* unreachable: the plan picks a compiled configuration */
 }

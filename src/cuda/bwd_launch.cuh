@@ -1,5 +1,6 @@
 /* Launching the backward's main kernel for one configuration: two stages
- * of Q / dO where the device's shared memory allows, else one; the grid is
+ * of Q / dO where the device's shared memory allows, else one (the plan
+ * took a configuration of which one stage fits); the grid is
  * (key-block chunk, kv head, sequence), chunks fastest, so the CTAs of one
  * kv head run together and share its Q and dO in L2, and under a causal
  * mask the first key blocks (which the most query rows see) start first.
@@ -9,14 +10,15 @@
 
 #include <cuda_runtime.h>
 
+#include "backend_shared.h"
 #include "bwd_kernel.cuh"
 #include "bwd_launch.h"
 #include "smem_optin.cuh"
 #include "launch_grid.h"
 
-template <typename T, int HEAD_DIM>
+template <typename T, int HEAD_DIM, bool SMALL>
 static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t stream) {
-    typedef flashc_bwd_config<HEAD_DIM> C;
+    typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
     auto kernel = flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS, C::S_WARPS_M, C::KV_WARPS_N,
                                     C::Q_WARPS_M, C::DQ_CHUNK>;
     /* the workspace was laid out in the plan's tiles, which this
@@ -26,16 +28,17 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     unsigned grid;
     cudaError_t err = flashc_flat_grid(p.nchunks, p.fwd.nheads_k, p.fwd.batch, &grid);
     if (err != cudaSuccess || grid == 0) return err;
-    int device = 0, optin = 0;
+    int device = 0;
     err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (err != cudaSuccess) return err;
+    const int optin = flashc_cuda_device_smem_optin(device);
     int stages = 2;
     int smem = FLASHC_BWD_SMEM_BYTES(HEAD_DIM, C::BLOCK_M, C::BLOCK_N, 2, (int)sizeof(T));
     if (smem > optin) {
         stages = 1;
         smem = FLASHC_BWD_SMEM_BYTES(HEAD_DIM, C::BLOCK_M, C::BLOCK_N, 1, (int)sizeof(T));
     }
+    if (smem > optin) return cudaErrorInvalidConfiguration; /* unreachable: the plan took a configuration that fits */
     if (smem > 48 * 1024) {
         /* per device, the stage count and so the size are fixed */
         static unsigned long long smem_raised;
@@ -46,10 +49,19 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     return cudaGetLastError();
 }
 
-#define FLASHC_BWD_DEFINE_RUN(HEAD_DIM)                                                                      \
-    cudaError_t flashc_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, void *stream, int is_bf16) {       \
-        cudaStream_t s = (cudaStream_t)stream;                                                               \
-        return is_bf16 ? flashc_bwd_launch<__nv_bfloat16, HEAD_DIM>(*p, s) : flashc_bwd_launch<__half, HEAD_DIM>(*p, s); \
+template <typename T, int HEAD_DIM>
+static cudaError_t flashc_bwd_launch_config(const flashc_bwd_params &p, cudaStream_t stream, int small) {
+    if constexpr (flashc_bwd_config<HEAD_DIM, true>::COMPILED)
+        if (small) return flashc_bwd_launch<T, HEAD_DIM, true>(p, stream);
+    return small ? cudaErrorInvalidValue : flashc_bwd_launch<T, HEAD_DIM, false>(p, stream);
+}
+
+#define FLASHC_BWD_DEFINE_RUN(HEAD_DIM)                                                                       \
+    cudaError_t flashc_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, void *stream, int is_bf16,        \
+                                              int small) {                                                  \
+        cudaStream_t s = (cudaStream_t)stream;                                                              \
+        return is_bf16 ? flashc_bwd_launch_config<__nv_bfloat16, HEAD_DIM>(*p, s, small)                    \
+                       : flashc_bwd_launch_config<__half, HEAD_DIM>(*p, s, small);                          \
     }
 
 #endif

@@ -9,9 +9,10 @@
 #include "bwd_config.h"
 #include "bwd_params.h"
 
-#define FLASHC_BWD_DECLARE_RUN(HEAD_DIM, BM, BN, W, SWM, KVWN, QWM, DQC) \
-    cudaError_t flashc_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, void *stream, int is_bf16);
-FLASHC_BWD_CONFIGS(FLASHC_BWD_DECLARE_RUN)
+/* small: the SMALL configuration of the head dim (bwd_config.h). */
+#define FLASHC_BWD_DECLARE_RUN(HEAD_DIM) \
+    cudaError_t flashc_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, void *stream, int is_bf16, int small);
+FLASHC_BWD_HEAD_DIMS(FLASHC_BWD_DECLARE_RUN)
 #undef FLASHC_BWD_DECLARE_RUN
 
 /* D = rowsum(dO * O) - dLSE and LSE * log2(e) of every row in p->tile_m-row
@@ -19,8 +20,10 @@ FLASHC_BWD_CONFIGS(FLASHC_BWD_DECLARE_RUN)
  * dQ slice over the same tiles. */
 cudaError_t flashc_bwd_preprocess(const flashc_bwd_params *p, int is_bf16, void *stream);
 
-/* The main kernel of the configuration with this HEAD_DIM. */
-cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config);
+/* The main kernel of the configuration with this HEAD_DIM (its SMALL one
+ * when small). */
+cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config,
+                                int small);
 
 /* dq = scale * (sum of the dQ slices, in slice order), in the output dtype. */
 cudaError_t flashc_bwd_convert_dq(const flashc_bwd_params *p, int is_bf16, void *stream);

@@ -47,6 +47,7 @@
 
 typedef struct flashc_bwd_plan {
     int head_dim;       /* the configuration's HEAD_DIM */
+    int small;          /* its SMALL configuration (a device with 99 KiB per CTA) */
     int tile_m;         /* the workspace's row tile: a multiple of every main kernel's BLOCK_M */
     int block_n;        /* its BLOCK_N */
     int64_t key_blocks; /* ceil(seqlen_k / block_n), seqlen_k the bound on every sequence */
@@ -128,14 +129,18 @@ static inline int flashc_bwd_head_splits(const flashc_problem *p, int64_t key_bl
 
 /* hopper: the Hopper kernel will run the problem (flashc_hopper_bwd_applies);
  * sms: the device's multiprocessors. */
-static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool hopper, int sms) {
-    flashc_bwd_plan plan = {0, 0, 0, 0, 1, 1, 0, 1};
+static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool hopper, int sms, int smem_optin) {
+    flashc_bwd_plan plan = {0, 0, 0, 0, 0, 1, 1, 0, 1};
     const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
-#define FLASHC_BWD_PICK(D, BM, BN, W, SWM, KVWN, QWM, DQC)                                   \
-    if (plan.head_dim == 0 && d <= D) {                                                       \
-        plan.head_dim = D;                                                                    \
-        plan.tile_m = BM > flashc_hopper_bwd_block_m(D) ? BM : flashc_hopper_bwd_block_m(D);    \
-        plan.block_n = BN;                                                                    \
+    /* the smallest head dim that holds d and dv; its SMALL configuration
+     * where one stage of the other does not fit the device (16-bit types) */
+#define FLASHC_BWD_PICK(D, BM, BN, W, SWM, KVWN, QWM, DQC, SM)                                          \
+    if ((plan.head_dim == 0 || (plan.head_dim == D && SM && !plan.small)) && d <= D &&                  \
+        (!SM || FLASHC_BWD_SMEM_BYTES(D, 64, plan.block_n, 1, 2) > smem_optin)) {                       \
+        plan.head_dim = D;                                                                               \
+        plan.small = SM;                                                                                 \
+        plan.tile_m = BM > flashc_hopper_bwd_block_m(D) ? BM : flashc_hopper_bwd_block_m(D);               \
+        plan.block_n = BN;                                                                               \
     }
     FLASHC_BWD_CONFIGS(FLASHC_BWD_PICK)
 #undef FLASHC_BWD_PICK

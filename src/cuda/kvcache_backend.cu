@@ -113,15 +113,17 @@ static int kvc_num_splits(const flashc_kvcache_problem *kp) {
     const flashc_problem *p = &kp->attn;
     if (kp->num_splits >= 1) return kp->num_splits < FLASHC_KVC_MAX_SPLITS ? kp->num_splits : FLASHC_KVC_MAX_SPLITS;
     const long long rows_per_head = p->seqlen_q * (p->nheads / p->nheads_k);
-    const flashc_kvc_tile tile = flashc_kvc_tile_of((int)p->head_dim, (int)p->head_dim_v, rows_per_head);
+    const int optin = flashc_cuda_device_smem_optin(p->device_index);
+    const flashc_kvc_tile tile = flashc_kvc_tile_of((int)p->head_dim, (int)p->head_dim_v, rows_per_head, optin);
     const int sms = flashc_cuda_device_sms(p->device_index);
     int smem_per_sm = 0;
-    if (sms == 0 ||
+    if (sms == 0 || tile.block_m == 0 ||
         cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, p->device_index) !=
             cudaSuccess) {
         cudaGetLastError();
         return 1; /* the launch reports the device's error */
     }
+    if (smem_per_sm > optin + 1024) smem_per_sm = optin + 1024; /* FLASHC_CUDA_SMEM_LIMIT: a smaller part */
     int ctas_per_sm = smem_per_sm / (tile.smem_bytes + 1024); /* 1 KiB reserved per CTA */
     ctas_per_sm = ctas_per_sm < 1 ? 1 : (ctas_per_sm > 2 ? 2 : ctas_per_sm); /* __launch_bounds__ */
     const long long m_blocks = (rows_per_head + tile.block_m - 1) / tile.block_m;

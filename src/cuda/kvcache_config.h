@@ -15,7 +15,10 @@
  *
  * Shared memory: Q (BLOCK_M rows), STAGES x (K, V) blocks, rows padded by
  * 16 bytes as in the forward (ldmatrix without bank conflicts), two rings
- * of per-row cache offsets; the epilogue reuses the K / V stages. */
+ * of per-row cache offsets; the epilogue reuses the K / V stages. Parts
+ * with 99 KiB per CTA (sm_86 / sm_89) cannot hold the 128 and 256
+ * configurations; the SMALL ones below (fewer stages, shorter key blocks)
+ * run there, chosen at run time from the device's limit. */
 #ifndef FLASHC_CUDA_KVCACHE_CONFIG_H
 #define FLASHC_CUDA_KVCACHE_CONFIG_H
 
@@ -23,26 +26,33 @@
 
 #define FLASHC_KVC_THREADS 128
 
-#define FLASHC_KVC_CONFIGS(X)              \
-    /* HEAD_DIM WARPS_N BLOCK_N STAGES */ \
-    X(64, 4, 64, 4)                        \
-    X(64, 2, 64, 4)                        \
-    X(64, 1, 64, 4)                        \
-    X(128, 4, 64, 3)                       \
-    X(128, 2, 64, 3)                       \
-    X(128, 1, 64, 3)                       \
-    X(256, 4, 64, 2)                       \
-    X(256, 2, 32, 3)                       \
-    X(256, 1, 32, 3)
+#define FLASHC_KVC_CONFIGS(X)                    \
+    /* HEAD_DIM WARPS_N BLOCK_N STAGES SMALL */ \
+    X(64, 4, 64, 4, 0)                           \
+    X(64, 2, 64, 4, 0)                           \
+    X(64, 1, 64, 4, 0)                           \
+    X(128, 4, 64, 3, 0)                          \
+    X(128, 2, 64, 3, 0)                          \
+    X(128, 1, 64, 3, 0)                          \
+    X(256, 4, 64, 2, 0)                          \
+    X(256, 2, 32, 3, 0)                          \
+    X(256, 1, 32, 3, 0)                          \
+    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), \
+       where the ones above do not fit */        \
+    X(128, 4, 64, 2, 1)                          \
+    X(128, 2, 64, 2, 1)                          \
+    X(128, 1, 64, 2, 1)                          \
+    X(256, 2, 32, 2, 1)                          \
+    X(256, 1, 16, 3, 1)
 
 /* The compiled head dims, smallest first. */
 #define FLASHC_KVC_HEAD_DIMS(X) X(64) X(128) X(256)
 
-template <int HEAD_DIM, int WARPS_N>
+template <int HEAD_DIM, int WARPS_N, bool SMALL = false>
 struct flashc_kvc_config;
-#define FLASHC_KVC_CONFIG_STRUCT(D, WN, BN, S)                                                       \
+#define FLASHC_KVC_CONFIG_STRUCT(D, WN, BN, S, SM)                                                   \
     template <>                                                                                      \
-    struct flashc_kvc_config<D, WN> {                                                                \
+    struct flashc_kvc_config<D, WN, SM> {                                                            \
         static constexpr int WARPS_N = WN, WARPS_M = 4 / WN, BLOCK_M = 16 * (4 / WN);                 \
         static constexpr int BLOCK_N = BN, STAGES = S, KEYS_PER_WARP = BN / WN;                      \
         static constexpr int SD = FLASHC_SMEM_ROW(D);   /* K / V / Q smem row, elements */           \
@@ -56,12 +66,55 @@ struct flashc_kvc_config;
             Q_BYTES + OFFSET_BYTES + (LOOP_BYTES > EPILOGUE_BYTES ? LOOP_BYTES : EPILOGUE_BYTES);    \
         static_assert(KEYS_PER_WARP % 16 == 0, "P V steps over whole 16-key atoms");                \
         static_assert(BN <= FLASHC_KVC_THREADS, "one thread per key row computes its offsets");      \
+        static_assert(S >= 2, "a stage computed while the next loads");                              \
     };
 FLASHC_KVC_CONFIGS(FLASHC_KVC_CONFIG_STRUCT)
 #undef FLASHC_KVC_CONFIG_STRUCT
 
+/* Whether configuration (HEAD_DIM, WARPS_N, SMALL) is compiled. */
+template <int HEAD_DIM, int WARPS_N, bool SMALL>
+struct flashc_kvc_compiled {
+    static constexpr bool value = false;
+};
+#define FLASHC_KVC_COMPILED(D, WN, BN, S, SM)     \
+    template <>                                  \
+    struct flashc_kvc_compiled<D, WN, SM> {      \
+        static constexpr bool value = true;      \
+    };
+FLASHC_KVC_CONFIGS(FLASHC_KVC_COMPILED)
+#undef FLASHC_KVC_COMPILED
+
+/* Shared memory of configuration (head_dim, warps_n, small), 0 if it is
+ * not compiled. */
+static inline int flashc_kvc_config_smem(int head_dim, int warps_n, int small) {
+#define FLASHC_KVC_SMEM_OF(D, WN, BN, S, SM) \
+    if (head_dim == D && warps_n == WN && small == SM) return flashc_kvc_config<D, WN, SM>::SMEM_BYTES;
+    FLASHC_KVC_CONFIGS(FLASHC_KVC_SMEM_OF)
+#undef FLASHC_KVC_SMEM_OF
+    return 0;
+}
+
 /* The warp layout for `rows` tile rows per (sequence, KV head): the
  * query heads of the group times the query rows. */
 static inline int flashc_kvc_warps_n(long long rows) { return rows <= 16 ? 4 : rows <= 32 ? 2 : 1; }
+
+/* The configuration of compiled head dim head_dim for `rows` tile rows on
+ * a device whose CTAs may have optin bytes of shared memory: the rows'
+ * warp layout, or where it does not fit the SMALL one (fewer stages or
+ * keys; at 256 columns no 4-warp key split, whose 64-key blocks need two
+ * 64 KiB stages). warps_n 0: nothing fits. */
+typedef struct flashc_kvc_layout {
+    int warps_n, small;
+} flashc_kvc_layout;
+
+static inline flashc_kvc_layout flashc_kvc_layout_of(int head_dim, long long rows, int optin) {
+    flashc_kvc_layout l = {flashc_kvc_warps_n(rows), 0};
+    if (flashc_kvc_config_smem(head_dim, l.warps_n, 0) <= optin) return l;
+    l.small = 1;
+    if (!flashc_kvc_config_smem(head_dim, l.warps_n, 1)) l.warps_n = 2;
+    const int smem = flashc_kvc_config_smem(head_dim, l.warps_n, 1);
+    if (smem == 0 || smem > optin) l.warps_n = 0;
+    return l;
+}
 
 #endif

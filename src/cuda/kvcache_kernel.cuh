@@ -223,9 +223,9 @@ static __device__ __forceinline__ flashc_kvc_order flashc_kvc_order_of(int b, in
     return o;
 }
 
-template <typename T, int HEAD_DIM, int WARPS_N>
+template <typename T, int HEAD_DIM, int WARPS_N, bool SMALL>
 __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const flashc_kvc_params p) {
-    typedef flashc_kvc_config<HEAD_DIM, WARPS_N> C;
+    typedef flashc_kvc_config<HEAD_DIM, WARPS_N, SMALL> C;
     constexpr int THREADS = FLASHC_KVC_THREADS, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N;
     constexpr int WARPS_M = C::WARPS_M, STAGES = C::STAGES, KEYS_PER_WARP = C::KEYS_PER_WARP;
     constexpr int COL_ATOMS = KEYS_PER_WARP / 8, OUT_ATOMS = HEAD_DIM / 8;

@@ -11,17 +11,19 @@
 #include "kvcache_config.h"
 #include "kvcache_params.h"
 
-#define FLASHC_KVC_DECLARE_RUN(HEAD_DIM) \
-    cudaError_t flashc_kvc_run_hdim##HEAD_DIM(const flashc_kvc_params *p, void *stream, int is_bf16, int warps_n);
+#define FLASHC_KVC_DECLARE_RUN(HEAD_DIM)                                                               \
+    cudaError_t flashc_kvc_run_hdim##HEAD_DIM(const flashc_kvc_params *p, void *stream, int is_bf16, \
+                                              flashc_kvc_layout layout);
 FLASHC_KVC_HEAD_DIMS(FLASHC_KVC_DECLARE_RUN)
 #undef FLASHC_KVC_DECLARE_RUN
 
-/* The attention kernel's tile for these head dims and rows per KV head
- * (for the split heuristic on the host). */
+/* The attention kernel's tile for these head dims and rows per KV head on
+ * a device whose CTAs may opt in to `optin` bytes of shared memory (for
+ * the split heuristic on the host); block_m 0 where none fits. */
 typedef struct flashc_kvc_tile {
     int block_m, block_n, smem_bytes;
 } flashc_kvc_tile;
-flashc_kvc_tile flashc_kvc_tile_of(int head_dim, int head_dim_v, long long rows_per_head);
+flashc_kvc_tile flashc_kvc_tile_of(int head_dim, int head_dim_v, long long rows_per_head, int optin);
 
 /* The attention over the cache: the kernel of the smallest compiled head
  * dim that holds d and dv, with the warp layout of the rows per KV head. */
