@@ -1,11 +1,16 @@
 """Decode over a full KV cache: flashc's flash_attn_with_kvcache against
-PyTorch SDPA's cuDNN and flash backends on the same shapes, in one run.
+PyTorch SDPA's cuDNN and flash backends and FlashAttention-4
+(flash_attn.cute, where importable: ../shared/peers/fa4.sh) on the same
+shapes, in one run.
 
 One query token per sequence, bf16, head dim 128, every cache row used
 (cache_seqlens = the cache length: SDPA has no per-sequence lengths). Each
-library's call is captured in a CUDA graph of 20 calls and replayed; time =
-median of 7 replays / 20. GB/s = K + V bytes read / time; the copy ceiling
-(device-to-device copy of 4 GiB, read + write) is measured in the same run.
+library's call is captured in a CUDA graph of 20 calls. The graphs of a
+shape are replayed in three rounds, the libraries in turn within each
+round (the first reads of freshly allocated memory are slower, whoever
+makes them); time = the best round's median of 7 replays / 20. GB/s = K +
+V bytes read / time; the copy ceiling (device-to-device copy of 4 GiB,
+read + write) is measured in the same run.
 
     FLASHC_LIBRARY=build-gpu/src/libflashc.so PYTHONPATH=python \\
         python3 bench/kvcache_peers.py [--out results.tsv]
@@ -25,7 +30,7 @@ SHAPES = [  # (q heads, kv heads, batch, cache)
 ]
 
 
-def graph_time(fn, calls=20, replays=7):
+def make_graph(fn, calls=20):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -36,6 +41,10 @@ def graph_time(fn, calls=20, replays=7):
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
+    return graph
+
+
+def replay_time(graph, calls=20, replays=7):
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -45,6 +54,16 @@ def graph_time(fn, calls=20, replays=7):
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / calls)
     return sorted(times)[replays // 2] * 1e-3  # seconds
+
+
+def fa4_function():
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception:  # not installed here
+        return None
+    def call(q, k, v):
+        return flash_attn_func(q, k, v)
+    return call
 
 
 def copy_bandwidth():
@@ -69,8 +88,12 @@ def main():
     parser.add_argument("--out", help="TSV file for the rows")
     args = parser.parse_args()
     copy = copy_bandwidth()
-    print(f"# copy {copy:.0f} GB/s; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}")
-    header = "heads\tbatch\tcache\tflashc_us\tcudnn_us\tflash_us\tflashc_GBs\tflashc/copy\tflashc/best"
+    fa4 = fa4_function()
+    print(f"# copy {copy:.0f} GB/s; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
+          f"FA4 {'yes' if fa4 else 'not importable'}")
+    names = ["flashc", "cudnn", "flash", "fa4"]
+    header = ("heads\tbatch\tcache\t" + "\t".join(f"{n}_us" for n in names) +
+              "\tflashc_GBs\tflashc/copy\tflashc/best")
     rows = [header]
     print(header)
     for h, hk, batch, cache in SHAPES:
@@ -79,24 +102,34 @@ def main():
         k = torch.randn(batch, cache, hk, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
         lens = torch.full((batch,), cache, dtype=torch.int32, device="cuda")
-        t_fc = graph_time(lambda: flashc.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens))
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        peers = {}
+        graphs = {"flashc": make_graph(lambda: flashc.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens))}
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             try:
                 with sdpa_kernel(backend):
-                    peers[name] = graph_time(lambda: F.scaled_dot_product_attention(
-                        qt, kt, vt, enable_gqa=hk != h))
+                    graphs[name] = make_graph(lambda: F.scaled_dot_product_attention(qt, kt, vt,
+                                                                                     enable_gqa=hk != h))
             except RuntimeError:
-                peers[name] = float("nan")
+                pass
+        if fa4:
+            try:
+                graphs["fa4"] = make_graph(lambda: fa4(q, k, v))
+            except Exception as e:  # a shape FA4 does not take
+                print(f"# FA4 {h}/{hk} {batch} x {cache}: {type(e).__name__}: {e}".splitlines()[0])
+        times = {name: float("inf") for name in graphs}
+        for _ in range(3):
+            for name, graph in graphs.items():
+                times[name] = min(times[name], replay_time(graph))
+        t = {name: times.get(name, float("nan")) for name in names}
         kv_bytes = 2 * k.numel() * k.element_size()
-        best = min(t for t in peers.values() if t == t) if any(t == t for t in peers.values()) else float("nan")
-        row = (f"{h}/{hk}\t{batch}\t{cache}\t{t_fc * 1e6:.1f}\t{peers['cudnn'] * 1e6:.1f}\t"
-               f"{peers['flash'] * 1e6:.1f}\t{kv_bytes / t_fc / 1e9:.0f}\t{kv_bytes / t_fc / 1e9 / copy:.3f}\t"
-               f"{best / t_fc:.3f}")
+        peers = [t[n] for n in names[1:] if t[n] == t[n]]
+        best = min(peers) if peers else float("nan")
+        row = (f"{h}/{hk}\t{batch}\t{cache}\t" + "\t".join(f"{t[n] * 1e6:.1f}" for n in names) +
+               f"\t{kv_bytes / t['flashc'] / 1e9:.0f}\t{kv_bytes / t['flashc'] / 1e9 / copy:.3f}"
+               f"\t{best / t['flashc']:.3f}")
         rows.append(row)
         print(row, flush=True)
-        del q, k, v, qt, kt, vt
+        del graphs, q, k, v, qt, kt, vt
         torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:

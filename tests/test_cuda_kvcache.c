@@ -497,6 +497,10 @@ static void append_and_decode(void **state) {
     c[n] = base_config(BF16, 2, 4, 2, 128, 1, 1, 200), c[n].batch_idx = 1, c[n++].cache_batch = 5;
     c[n] = base_config(FP16, 3, 4, 2, 64, 2, 2, 150), c[n++].leftpad = 1;
     c[n] = base_config(BF16, 2, 8, 2, 128, 1, 1, 2000), c[n].splits[2] = 17, ++n;
+    /* many short sequences: more CTAs than the device holds at once */
+    c[n++] = base_config(BF16, 48, 8, 4, 128, 1, 1, 300);
+    c[n] = base_config(FP16, 40, 4, 4, 64, 2, 1, 520), c[n].block_size = 16, ++n;
+    c[n] = base_config(BF16, 30, 8, 2, 128, 1, 1, 1100), c[n].seqlens = -2, c[n++].causal = 1;
     run_cases("append and decode", c, n);
 }
 
