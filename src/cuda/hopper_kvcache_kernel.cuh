@@ -77,16 +77,11 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
      * now: it waits for this grid's completion itself. */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
-    const flashc_kvc_cta cta = flashc_kvc_cta_of(p, BLOCK_M);
-    const int b = cta.b, head_k = cta.head_k, split = cta.split;
-    const flashc_kvc_seq seq = flashc_kvc_sequence(p, b);
-    const int m0 = cta.m_block * BLOCK_M;
-    const int seq_rows = seq.sq * p.group;
-    if (m0 >= seq_rows) return; /* varlen: past this sequence's rows */
-    const int rows = min(BLOCK_M, seq_rows - m0);
-    const int shift = seq.sk - seq.sq;
-    int n_begin, n_end;
-    flashc_kvc_split_blocks(p, seq, m0, rows, split, BLOCK_N, &n_begin, &n_end);
+    const flashc_kvc_work work = flashc_kvc_work_of(p, BLOCK_M, BLOCK_N);
+    if (work.rows <= 0) return; /* varlen: past this sequence's rows */
+    const int b = work.b, head_k = work.head_k, split = work.split, m0 = work.m0, rows = work.rows;
+    const int shift = work.shift, n_begin = work.n_begin, n_end = work.n_end;
+    const flashc_kvc_seq &seq = work.seq;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;

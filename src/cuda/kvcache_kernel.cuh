@@ -223,6 +223,28 @@ static __device__ __forceinline__ flashc_kvc_order flashc_kvc_order_of(int b, in
     return o;
 }
 
+/* What a CTA of the flat grid works on: its sequence, row block [m0, m0 +
+ * rows) (rows <= 0: past a varlen sequence's rows, nothing to do), the
+ * diagonal's shift and its split's key blocks [n_begin, n_end). */
+struct flashc_kvc_work {
+    int b, head_k, split, m0, rows, shift, n_begin, n_end;
+    flashc_kvc_seq seq;
+};
+
+static __device__ __forceinline__ flashc_kvc_work flashc_kvc_work_of(const flashc_kvc_params &p, int block_m,
+                                                                    int block_n) {
+    const flashc_kvc_cta cta = flashc_kvc_cta_of(p, block_m);
+    flashc_kvc_work w;
+    w.b = cta.b, w.head_k = cta.head_k, w.split = cta.split;
+    w.seq = flashc_kvc_sequence(p, w.b);
+    w.m0 = cta.m_block * block_m;
+    w.rows = min(block_m, w.seq.sq * p.group - w.m0);
+    w.shift = w.seq.sk - w.seq.sq;
+    /* computed either way (no memory access); callers return at rows <= 0 */
+    flashc_kvc_split_blocks(p, w.seq, w.m0, w.rows, w.split, block_n, &w.n_begin, &w.n_end);
+    return w;
+}
+
 template <typename T, int HEAD_DIM, int WARPS_N, bool SMALL>
 __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const flashc_kvc_params p) {
     typedef flashc_kvc_config<HEAD_DIM, WARPS_N, SMALL> C;
@@ -236,16 +258,11 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
     int64_t *sOffsets = reinterpret_cast<int64_t *>(smem + C::Q_BYTES); /* [ring][k, v][BLOCK_N] */
     T *sStages = reinterpret_cast<T *>(smem + C::Q_BYTES + C::OFFSET_BYTES); /* [stage][K, V][BLOCK_N][SD] */
 
-    const flashc_kvc_cta cta = flashc_kvc_cta_of(p, BLOCK_M);
-    const int b = cta.b, head_k = cta.head_k, split = cta.split;
-    const flashc_kvc_seq seq = flashc_kvc_sequence(p, b);
-    const int m0 = cta.m_block * BLOCK_M;
-    const int seq_rows = seq.sq * p.group;
-    if (m0 >= seq_rows) return; /* varlen: past this sequence's rows */
-    const int rows = min(BLOCK_M, seq_rows - m0);
-    const int shift = seq.sk - seq.sq;
-    int n_begin, n_end;
-    flashc_kvc_split_blocks(p, seq, m0, rows, split, BLOCK_N, &n_begin, &n_end);
+    const flashc_kvc_work work = flashc_kvc_work_of(p, BLOCK_M, BLOCK_N);
+    if (work.rows <= 0) return; /* varlen: past this sequence's rows */
+    const int b = work.b, head_k = work.head_k, split = work.split, m0 = work.m0, rows = work.rows;
+    const int shift = work.shift, n_begin = work.n_begin, n_end = work.n_end;
+    const flashc_kvc_seq &seq = work.seq;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
