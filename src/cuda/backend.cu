@@ -189,32 +189,29 @@ static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_b
     return k;
 }
 
-int flashc_cuda_device_sms(int dev) {
-    enum { MAX_DEVICES = 64 };
-    static int known[MAX_DEVICES];
+/* Attribute attr of device dev, asked once per device (devices past 63
+ * every time) into `cache`; 0 if unknown. */
+enum { FLASHC_CACHED_DEVICES = 64 };
+static int cached_device_attribute(int dev, cudaDeviceAttr attr, int (&cache)[FLASHC_CACHED_DEVICES]) {
     if (dev < 0) return 0;
-    if (dev < MAX_DEVICES && known[dev]) return known[dev];
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    if (dev < FLASHC_CACHED_DEVICES && cache[dev]) return cache[dev];
+    int value = 0;
+    if (cudaDeviceGetAttribute(&value, attr, dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    if (dev < MAX_DEVICES) known[dev] = sms;
-    return sms;
+    if (dev < FLASHC_CACHED_DEVICES) cache[dev] = value;
+    return value;
+}
+
+int flashc_cuda_device_sms(int dev) {
+    static int known[FLASHC_CACHED_DEVICES];
+    return cached_device_attribute(dev, cudaDevAttrMultiProcessorCount, known);
 }
 
 int flashc_cuda_device_smem_optin(int dev) {
-    enum { MAX_DEVICES = 64 };
-    static int known[MAX_DEVICES];
-    if (dev < 0) return 0;
-    int optin = dev < MAX_DEVICES ? known[dev] : 0;
-    if (!optin) {
-        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-            cudaGetLastError();
-            return 0;
-        }
-        if (dev < MAX_DEVICES) known[dev] = optin;
-    }
+    static int known[FLASHC_CACHED_DEVICES];
+    int optin = cached_device_attribute(dev, cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
     const char *limit = getenv("FLASHC_CUDA_SMEM_LIMIT");
     if (limit) {
         const long cap = strtol(limit, nullptr, 10);

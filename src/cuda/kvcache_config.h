@@ -49,10 +49,13 @@
 #define FLASHC_KVC_HEAD_DIMS(X) X(64) X(128) X(256)
 
 template <int HEAD_DIM, int WARPS_N, bool SMALL = false>
-struct flashc_kvc_config;
+struct flashc_kvc_config {
+    static constexpr bool COMPILED = false;
+};
 #define FLASHC_KVC_CONFIG_STRUCT(D, WN, BN, S, SM)                                                   \
     template <>                                                                                      \
     struct flashc_kvc_config<D, WN, SM> {                                                            \
+        static constexpr bool COMPILED = true;                                                       \
         static constexpr int WARPS_N = WN, WARPS_M = 4 / WN, BLOCK_M = 16 * (4 / WN);                 \
         static constexpr int BLOCK_N = BN, STAGES = S, KEYS_PER_WARP = BN / WN;                      \
         static constexpr int SD = FLASHC_SMEM_ROW(D);   /* K / V / Q smem row, elements */           \
@@ -70,19 +73,6 @@ struct flashc_kvc_config;
     };
 FLASHC_KVC_CONFIGS(FLASHC_KVC_CONFIG_STRUCT)
 #undef FLASHC_KVC_CONFIG_STRUCT
-
-/* Whether configuration (HEAD_DIM, WARPS_N, SMALL) is compiled. */
-template <int HEAD_DIM, int WARPS_N, bool SMALL>
-struct flashc_kvc_compiled {
-    static constexpr bool value = false;
-};
-#define FLASHC_KVC_COMPILED(D, WN, BN, S, SM)     \
-    template <>                                  \
-    struct flashc_kvc_compiled<D, WN, SM> {      \
-        static constexpr bool value = true;      \
-    };
-FLASHC_KVC_CONFIGS(FLASHC_KVC_COMPILED)
-#undef FLASHC_KVC_COMPILED
 
 /* Shared memory of configuration (head_dim, warps_n, small), 0 if it is
  * not compiled. */

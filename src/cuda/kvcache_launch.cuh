@@ -30,11 +30,11 @@ static cudaError_t flashc_kvc_launch(const flashc_kvc_params &p, cudaStream_t st
 
 template <typename T, int HEAD_DIM, bool SMALL>
 static cudaError_t flashc_kvc_launch_warps(const flashc_kvc_params &p, cudaStream_t stream, int warps_n) {
-    if constexpr (flashc_kvc_compiled<HEAD_DIM, 4, SMALL>::value)
+    if constexpr (flashc_kvc_config<HEAD_DIM, 4, SMALL>::COMPILED)
         if (warps_n == 4) return flashc_kvc_launch<T, HEAD_DIM, 4, SMALL>(p, stream);
-    if constexpr (flashc_kvc_compiled<HEAD_DIM, 2, SMALL>::value)
+    if constexpr (flashc_kvc_config<HEAD_DIM, 2, SMALL>::COMPILED)
         if (warps_n == 2) return flashc_kvc_launch<T, HEAD_DIM, 2, SMALL>(p, stream);
-    if constexpr (flashc_kvc_compiled<HEAD_DIM, 1, SMALL>::value)
+    if constexpr (flashc_kvc_config<HEAD_DIM, 1, SMALL>::COMPILED)
         if (warps_n == 1) return flashc_kvc_launch<T, HEAD_DIM, 1, SMALL>(p, stream);
     return cudaErrorInvalidValue; /* unreachable: flashc_kvc_layout_of picks compiled ones */
 }
