@@ -23,7 +23,7 @@
 
 #define FLASHC_BWD_CONFIGS(X)                                                             \
     /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK SMALL */ \
-    X(64, 64, 128, 8, 2, 4, 4, 32, 0)                                                     \
+    X(64, 128, 128, 8, 4, 4, 4, 32, 0)                                                    \
     X(96, 64, 128, 8, 2, 4, 4, 48, 0)                                                     \
     X(128, 64, 128, 8, 2, 4, 4, 32, 0)                                                    \
     X(192, 64, 64, 8, 2, 2, 4, 32, 0)                                                     \

@@ -16,7 +16,9 @@
  * Barrier (A) also orders iteration it - 1's reads of sP, sdS and the other
  * Q / dO stage before this iteration overwrites them. The epilogue writes
  * dK * scale and dV from the registers; the CTA's sums run in a fixed order,
- * so dK and dV are bitwise reproducible. dQ: atomics into slice 0, or
+ * so dK and dV are bitwise reproducible. GENERAL: softcap, ALiBi or
+ * dropout is on (or the scale is negative); the plain variant leaves them
+ * out. dQ: atomics into slice 0, or
  * (deterministic) this CTA's own slice, which only it writes, in program
  * order. */
 #ifndef FLASHC_CUDA_BWD_KERNEL_CUH
@@ -55,8 +57,31 @@ static __device__ __forceinline__ void flashc_bwd_rows_seeing(int n0, int n1, in
     *last = (int)hi;
 }
 
+/* One warp's chunk of dQ = dS K (mma fragments) added into the float32
+ * accumulator rows. dq: this lane's first element (row g, column 2 * (lane %
+ * 4) of the warp tile). STRIDE > 0: the problem's head dim is the
+ * configuration's, every column is real and the row stride a constant, so
+ * the adds take one address and immediate offsets (a run-time stride made
+ * each add wait for the previous one's address registers). STRIDE == 0:
+ * row stride `stride`, columns from `cols_left` on (past the head dim) left
+ * out. */
+template <int ROW_ATOMS, int COL_ATOMS, int STRIDE>
+static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float (&acc)[ROW_ATOMS][COL_ATOMS][4],
+                                                         int stride, int cols_left) {
+    const int ld = STRIDE > 0 ? STRIDE : stride;
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+            for (int j = 0; j < COL_ATOMS; ++j) {
+                if (STRIDE == 0 && 8 * j >= cols_left) continue;
+                flashc_red_add2(dq + (16 * i + 8 * half) * ld + 8 * j, acc[i][j][2 * half], acc[i][j][2 * half + 1]);
+            }
+}
+
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,
-          int Q_WARPS_M, int DQ_CHUNK>
+          int Q_WARPS_M, int DQ_CHUNK, bool GENERAL>
 __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_bwd_params p, int stages) {
     constexpr int THREADS = WARPS * 32;
     constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM); /* Q, dO, K, V rows (elements) */
@@ -199,10 +224,17 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 pos.sk = seq.sk;
                 const bool masked = flashc_tile_needs_mask(m0, min(BLOCK_M, seq.sq - m0), n0, BLOCK_N, seq.sk, shift,
                                                            p.fwd.window_left, p.fwd.window_right);
-                const float alibi_slope_log2 = flashc_alibi_slope_log2(p.fwd, batch, head);
                 const int at = (s_row0 + g) * SP + s_col0 + 2 * t;
-                flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP>(acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked,
-                                                                   alibi_slope_log2, batch, head, sP + at, sdS + at);
+                if (GENERAL)
+                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP>(acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked,
+                                                                       flashc_alibi_slope_log2(p.fwd, batch, head),
+                                                                       batch, head, sP + at, sdS + at);
+                else if (masked)
+                    flashc_bwd_scores_plain<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true>(acc_s, acc_dp, lse2, dsum, p.fwd,
+                                                                                  pos, sP + at, sdS + at);
+                else
+                    flashc_bwd_scores_plain<T, S_ROW_ATOMS, S_COL_ATOMS, SP, false>(acc_s, acc_dp, lse2, dsum, p.fwd,
+                                                                                   pos, sP + at, sdS + at);
             }
             __syncthreads(); /* (B) */
 
@@ -215,8 +247,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 sQ_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES));
 
             /* dQ += dS K, a chunk of columns at a time */
+            /* rows past the sequence add zeros into the tile's padding
+             * rows of the workspace (bwd_workspace.h), so they need no test */
             float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
-            const int rows_valid = seq.sq - m0;
 #pragma unroll 1
             for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
                 const int dim0 = q_dim0 + c0;
@@ -226,21 +259,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 flashc_warp_gemm<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, SP_BYTES, SD_BYTES>(
                     acc_dq, sdS_addr + q_row0 * SP_BYTES + flashc_lane_offset_a<false>(lane, SP_BYTES),
                     sK_addr + dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES));
-#pragma unroll
-                for (int i = 0; i < Q_ROW_ATOMS; ++i)
-#pragma unroll
-                    for (int half = 0; half < 2; ++half) {
-                        const int row = q_row0 + 16 * i + 8 * half + g;
-                        if (row >= rows_valid) continue;
-#pragma unroll
-                        for (int j = 0; j < DQ_COL_ATOMS; ++j) {
-                            const int col = dim0 + 8 * j + 2 * t;
-                            if (col >= p.fwd.head_dim) continue;
-                            float *dst = dq_rows + (int64_t)row * p.fwd.head_dim + col;
-                            atomicAdd(dst, acc_dq[i][j][2 * half]);
-                            atomicAdd(dst + 1, acc_dq[i][j][2 * half + 1]);
-                        }
-                    }
+                float *dq_lane = dq_rows + (int64_t)(q_row0 + g) * p.fwd.head_dim + dim0 + 2 * t;
+                if (p.fwd.head_dim == HEAD_DIM)
+                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane, acc_dq, 0, 0);
+                else
+                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, 0>(dq_lane, acc_dq, p.fwd.head_dim,
+                                                                    p.fwd.head_dim - dim0 - 2 * t);
             }
 
             if (stages == 1 && it + 1 < iters) {

@@ -16,11 +16,11 @@
 #include "smem_optin.cuh"
 #include "launch_grid.h"
 
-template <typename T, int HEAD_DIM, bool SMALL>
+template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL>
 static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t stream) {
     typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
     auto kernel = flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS, C::S_WARPS_M, C::KV_WARPS_N,
-                                    C::Q_WARPS_M, C::DQ_CHUNK>;
+                                    C::Q_WARPS_M, C::DQ_CHUNK, GENERAL>;
     /* the workspace was laid out in the plan's tiles, which this
      * configuration's blocks must divide; anything else would read and
      * write wrong rows */
@@ -49,11 +49,24 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     return cudaGetLastError();
 }
 
+/* The general variant where softcap, ALiBi or dropout is on, or the scale
+ * is negative (the plain one folds a positive scale into the exponent). */
+static inline bool flashc_bwd_general(const flashc_bwd_params &p) {
+    return p.fwd.softcap_inv_scale != 0.0f || p.fwd.alibi_slopes != nullptr || p.fwd.dropout_threshold != 0u ||
+           p.fwd.scale_log2 < 0.0f;
+}
+
+template <typename T, int HEAD_DIM, bool SMALL>
+static cudaError_t flashc_bwd_launch_variant(const flashc_bwd_params &p, cudaStream_t stream) {
+    return flashc_bwd_general(p) ? flashc_bwd_launch<T, HEAD_DIM, SMALL, true>(p, stream)
+                                 : flashc_bwd_launch<T, HEAD_DIM, SMALL, false>(p, stream);
+}
+
 template <typename T, int HEAD_DIM>
 static cudaError_t flashc_bwd_launch_config(const flashc_bwd_params &p, cudaStream_t stream, int small) {
     if constexpr (flashc_bwd_config<HEAD_DIM, true>::COMPILED)
-        if (small) return flashc_bwd_launch<T, HEAD_DIM, true>(p, stream);
-    return small ? cudaErrorInvalidValue : flashc_bwd_launch<T, HEAD_DIM, false>(p, stream);
+        if (small) return flashc_bwd_launch_variant<T, HEAD_DIM, true>(p, stream);
+    return small ? cudaErrorInvalidValue : flashc_bwd_launch_variant<T, HEAD_DIM, false>(p, stream);
 }
 
 #define FLASHC_BWD_DEFINE_RUN(HEAD_DIM)                                                                       \

@@ -1,7 +1,8 @@
 /* Thin wrappers over the PTX instructions the kernels are built from:
  * cp.async (global -> shared copies that bypass registers), ldmatrix (shared
  * -> the register fragments of mma), mma.sync m16n8k16 with float32
- * accumulators, and ex2.approx. Each wrapper is one instruction. sm_80+. */
+ * accumulators, ex2.approx and float32 reductions. Each wrapper is one
+ * instruction. sm_80+. */
 #ifndef FLASHC_CUDA_PTX_CUH
 #define FLASHC_CUDA_PTX_CUH
 
@@ -104,6 +105,19 @@ __device__ __forceinline__ float2 flashc_unpack2<__nv_bfloat16>(uint32_t packed)
 }
 
 /* 2^x, approximate (2 ulp), -inf -> +0: the softmax exponential. */
+/* Two float32 atomic adds into addr[0], addr[1] (8-byte aligned global
+ * memory): one vector reduction on sm_90+, which carries 8 bytes per lane
+ * (full 32-byte sectors from four lanes) at the cost of one; two scalar
+ * ones before. */
+static __device__ __forceinline__ void flashc_red_add2(float *addr, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(addr, a);
+    atomicAdd(addr + 1, b);
+#endif
+}
+
 static __device__ __forceinline__ float flashc_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
