@@ -15,9 +15,10 @@
  * Shared memory: K, V (BLOCK_N rows), Q and dO (BLOCK_M rows, two stages
  * where the device has room, else one), P and dS (BLOCK_M x BLOCK_N, 16-bit),
  * LSE and D rows. Rows padded by 16 bytes, as in the forward. One stage of
- * the 96 - 256 configurations needs 112 - 150 KiB, more than the 99 KiB a
+ * the 64 - 256 configurations needs 112 - 151 KiB, more than the 99 KiB a
  * CTA may have on sm_86 / sm_89; there the plan takes their SMALL
- * configurations (64 keys, or 32 query rows and fewer keys: 72 - 88 KiB). */
+ * configurations (64 query rows at 64, 64 keys at 96 / 128, or 32 query
+ * rows and fewer keys: 72 - 89 KiB). */
 #ifndef FLASHC_CUDA_BWD_CONFIG_H
 #define FLASHC_CUDA_BWD_CONFIG_H
 
@@ -29,6 +30,7 @@
     X(192, 64, 64, 8, 2, 2, 4, 32, 0)                                                     \
     X(256, 64, 64, 8, 2, 2, 4, 32, 0)                                                     \
     /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */  \
+    X(64, 64, 128, 8, 2, 4, 4, 32, 1)                                                     \
     X(96, 64, 64, 8, 2, 4, 4, 48, 1)                                                      \
     X(128, 64, 64, 8, 2, 2, 4, 32, 1)                                                     \
     X(192, 32, 64, 8, 2, 2, 2, 48, 1)                                                     \
