@@ -5,7 +5,8 @@
  * batch x cache lengths (every cache full: cache_seqlens = capacity, no
  * append), contiguous and paged caches (block sizes 16, 64, 256, blocks in
  * random order; and 64 in order, which tells what the random order costs
- * in address translation), num_splits 0 (the library's choice). The K / V bytes a
+ * in address translation), num_splits 0 (the library's choice; --splits N
+ * fixes it, for sweeps of the choice). The K / V bytes a
  * call must read, over its time, are its bandwidth; the copy bandwidth is a
  * device-to-device cudaMemcpy of 4 GiB, counted as bytes read + written.
  *
@@ -19,7 +20,7 @@
  * row; the paged layouts view them as blocks).
  *
  * Usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse]
- *                      [--shape KV_HEADS,BATCH,CACHE]
+ *                      [--shape KV_HEADS,BATCH,CACHE] [--splits N]
  * (a markdown table; --reverse runs each row's layouts last to first;
  * --shape runs only that row, e.g. for a profiler) */
 #include <stdint.h>
@@ -93,6 +94,7 @@ typedef struct bench_row {
  * buffer allocated after another one was freed was read 12-15 % slower
  * than the first one (whatever the layout; bench/NOTES.md), so every
  * layout of a row reads the same memory. */
+static int bench_splits; /* num_splits of every call: 0 = the library's choice */
 static void *pool_k[16], *pool_v[16];
 static size_t pool_bytes;
 static int pool_copies;
@@ -164,7 +166,7 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
         a->q = &tq, a->k_cache = &tk[c], a->v_cache = &tv[c], a->out = &to;
         a->cache_seqlens = &tseq;
         if (bs) a->block_table = &ttab;
-        a->num_splits = 0;
+        a->num_splits = bench_splits;
         a->options = flashc_attention_options_default();
         a->options.stream = stream;
         if (c == 0) {
@@ -221,9 +223,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
                  sscanf(argv[++i], "%d,%d,%d", &only_hk, &only_batch, &only_cache) == 3) {
             /* one row */
+        } else if (!strcmp(argv[i], "--splits") && i + 1 < argc) {
+            bench_splits = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse] "
-                            "[--shape KV_HEADS,BATCH,CACHE]\n");
+                            "[--shape KV_HEADS,BATCH,CACHE] [--splits N]\n");
             return 2;
         }
     }
