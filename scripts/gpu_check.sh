@@ -13,8 +13,10 @@
 #             checked against the reference: ctest.log
 #   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid,
 #             default kernels and the portable ones), on test_cuda_kvcache
-#             and on a small `flashc run`; racecheck on small `flashc run`
-#             problems that reach each kernel family and on KV-cache tests
+#             and on small `flashc run`s (one with the portable backward);
+#             racecheck on small `flashc run` problems that reach each
+#             kernel family (the portable backward's configurations and
+#             variants too, forced) and on KV-cache tests
 #             (paged, masks, bad indices): sanitize.log
 #   sass      cuobjdump --dump-sass of libflashc.so: HMMA/HGMMA count per
 #             kernel, LDL/STL (local memory) in the forward kernels: sass.txt
@@ -246,6 +248,23 @@ step_sanitize() {
         run_sanitizer "racecheck flashc run with backward $problem" 90 --tool racecheck --racecheck-report analysis \
             "$B/flashc" run --batch 2 --heads 4 $problem --quiet
     done
+    # the portable backward (sm_80 - sm_89; forced here): each head dim's
+    # configuration, plain and general variants, and a SMALL one (99 KiB)
+    for problem in "--hdim 64 --seqlen 200 --causal" "--hdim 128 --seqlen 300 --kv-heads 2 --no-causal" \
+                   "--hdim 256 --seqlen 130 --causal" "--hdim 64 --seqlen 150 --softcap 5 --no-causal" \
+                   "--hdim 96 --seqlen 100 --dropout 0.1 --alibi h --causal" \
+                   "--hdim 192 --hdim-v 128 --seqlen 150 --deterministic --no-causal"; do
+        # shellcheck disable=SC2086
+        FLASHC_CUDA_BACKWARD=portable run_sanitizer "racecheck flashc run with portable backward $problem" 90 \
+            --tool racecheck --racecheck-report analysis "$B/flashc" run --batch 2 --heads 4 $problem --quiet
+    done
+    FLASHC_CUDA_BACKWARD=portable FLASHC_CUDA_SMEM_LIMIT=101376 run_sanitizer \
+        "racecheck flashc run with portable backward, 99 KiB (--hdim 64 --seqlen 200 --causal)" 90 \
+        --tool racecheck --racecheck-report analysis "$B/flashc" run --batch 2 --heads 4 --hdim 64 --seqlen 200 \
+        --causal --quiet
+    FLASHC_CUDA_BACKWARD=portable run_sanitizer "memcheck flashc run with portable backward (varlen, GQA, window)" 60 \
+        --tool memcheck "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen \
+        --window 60,10 --quiet
     for problem in "--hdim 128 --seqlen 300 --no-causal" "--hdim 64 --seqlen 200 --causal --varlen" \
                    "--hdim 256 --seqlen 130 --kv-heads 2 --window 40,8 --no-causal" \
                    "--hdim 64 --seqlen 150 --dropout 0.2 --alibi h" "--hdim 96 --seqlen 100 --softcap 20" \
