@@ -226,15 +226,17 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                                                            p.fwd.window_left, p.fwd.window_right);
                 const int at = (s_row0 + g) * SP + s_col0 + 2 * t;
                 if (GENERAL)
-                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP>(acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked,
-                                                                       flashc_alibi_slope_log2(p.fwd, batch, head),
-                                                                       batch, head, sP + at, sdS + at);
-                else if (masked)
-                    flashc_bwd_scores_plain<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true>(acc_s, acc_dp, lse2, dsum, p.fwd,
-                                                                                  pos, sP + at, sdS + at);
+                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true>(
+                        acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, flashc_alibi_slope_log2(p.fwd, batch, head),
+                        batch, head, sP + at, sdS + at);
+                else if (masked) /* plain: the mask test compiled only into tiles that need it */
+                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, false>(acc_s, acc_dp, lse2, dsum, p.fwd, pos,
+                                                                              true, 0.0f, batch, head, sP + at,
+                                                                              sdS + at);
                 else
-                    flashc_bwd_scores_plain<T, S_ROW_ATOMS, S_COL_ATOMS, SP, false>(acc_s, acc_dp, lse2, dsum, p.fwd,
-                                                                                   pos, sP + at, sdS + at);
+                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, false>(acc_s, acc_dp, lse2, dsum, p.fwd, pos,
+                                                                              false, 0.0f, batch, head, sP + at,
+                                                                              sdS + at);
             }
             __syncthreads(); /* (B) */
 
@@ -246,9 +248,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 acc_dk, sdS_addr + kv_key0 * (int)sizeof(T) + flashc_lane_offset_a<true>(lane, SP_BYTES),
                 sQ_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES));
 
-            /* dQ += dS K, a chunk of columns at a time */
-            /* rows past the sequence add zeros into the tile's padding
-             * rows of the workspace (bwd_workspace.h), so they need no test */
+            /* dQ += dS K, a chunk of columns at a time; rows past the
+             * sequence add zeros into the tile's padding rows of the
+             * workspace (bwd_workspace.h), so they need no test */
             float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
 #pragma unroll 1
             for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {

@@ -9,8 +9,7 @@
  *
  * Pd goes to sP (the A operand of dV += Pd^T dO), dS to sdS (A of dK and
  * dQ); both [query][key]. The softmax scale is left out of dS and applied
- * once to dK and dQ. The kernel's plain variant takes the short form
- * (flashc_bwd_scores_plain) when no softcap, ALiBi or dropout is on. */
+ * once to dK and dQ. */
 #ifndef FLASHC_CUDA_BWD_SCORES_CUH
 #define FLASHC_CUDA_BWD_SCORES_CUH
 
@@ -22,50 +21,14 @@
 #include "fwd_mask.cuh"
 #include "ptx.cuh"
 
-/* The plain variant (no softcap, ALiBi or dropout, positive scale): P =
- * 2^(S * scale * log2 e - LSE * log2 e) by one FFMA and one EX2, dS = P (dP
- * - D); the mask (sequence end, causal / window bounds) only where MASKED,
- * so tiles inside the visible band carry no comparisons. Same arguments as
- * the general variant below. */
-template <typename T, int ROW_ATOMS, int COL_ATOMS, int TILE_ROW, bool MASKED>
-static __device__ __forceinline__ void flashc_bwd_scores_plain(const float (&s)[ROW_ATOMS][COL_ATOMS][4],
-                                                               const float (&dp)[ROW_ATOMS][COL_ATOMS][4],
-                                                               const float (&lse2)[2 * ROW_ATOMS],
-                                                               const float (&dsum)[2 * ROW_ATOMS],
-                                                               const flashc_fwd_params &p, flashc_tile_pos pos,
-                                                               T *sP, T *sdS) {
-#pragma unroll
-    for (int i = 0; i < ROW_ATOMS; ++i)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int r = 2 * i + half;
-            const int diag = pos.row0 + 16 * i + 8 * half + pos.shift;
-            const int lo = p.window_left >= 0 ? diag - p.window_left : 0;
-            const int hi = p.window_right >= 0 ? min(diag + p.window_right + 1, pos.sk) : pos.sk;
-#pragma unroll
-            for (int j = 0; j < COL_ATOMS; ++j) {
-                float pd[2], ds[2];
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float logit = fmaf(s[i][j][2 * half + e], p.scale_log2, -lse2[r]);
-                    if (MASKED) {
-                        const int col = pos.col0 + 8 * j + e;
-                        if (col < lo || col >= hi) logit = -INFINITY;
-                    }
-                    pd[e] = flashc_exp2(logit);
-                    ds[e] = pd[e] * (dp[i][j][2 * half + e] - dsum[r]);
-                }
-                const int at = (16 * i + 8 * half) * TILE_ROW + 8 * j;
-                *reinterpret_cast<uint32_t *>(sP + at) = flashc_pack2<T>(pd[0], pd[1]);
-                *reinterpret_cast<uint32_t *>(sdS + at) = flashc_pack2<T>(ds[0], ds[1]);
-            }
-        }
-}
-
-/* The general variant. lse2 / dsum: this thread's rows (index 2 * i + half: row g + 8 * half of
+/* lse2 / dsum: this thread's rows (index 2 * i + half: row g + 8 * half of
  * row atom i). sP / sdS: this thread's element (row g, column 2 * (lane % 4))
- * of the warp's tile. */
-template <typename T, int ROW_ATOMS, int COL_ATOMS, int TILE_ROW>
+ * of the warp's tile. GENERAL: the kernel's general variant (softcap, ALiBi,
+ * dropout, any scale). Without it the logit rule, ALiBi and dropout drop
+ * out and P = 2^(S * scale * log2 e - LSE * log2 e) is one FFMA and one EX2
+ * (a positive scale); the plain kernel passes `masked` as a constant, so
+ * tiles inside the visible band carry no comparisons. */
+template <typename T, int ROW_ATOMS, int COL_ATOMS, int TILE_ROW, bool GENERAL>
 static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_ATOMS][COL_ATOMS][4],
                                                          const float (&dp)[ROW_ATOMS][COL_ATOMS][4],
                                                          const float (&lse2)[2 * ROW_ATOMS],
@@ -73,8 +36,8 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
                                                          const flashc_fwd_params &p, flashc_tile_pos pos,
                                                          bool masked, float alibi_slope_log2, int batch,
                                                          int head, T *sP, T *sdS) {
-    const bool softcap = p.softcap_inv_scale != 0.0f;
-    const bool dropout = p.dropout_threshold != 0u;
+    const bool softcap = GENERAL && p.softcap_inv_scale != 0.0f;
+    const bool dropout = GENERAL && p.dropout_threshold != 0u;
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i) {
         /* The keep bits of both rows of each atom (one Philox call per
@@ -105,16 +68,18 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
                 for (int e = 0; e < 2; ++e) {
                     const float x = s[i][j][2 * half + e];
                     float th = 0.0f, logit;
-                    if (softcap) {
+                    if (!GENERAL) {
+                        logit = fmaf(x, p.scale_log2, -lse2[r]); /* LSE folded in */
+                    } else if (softcap) {
                         th = tanhf(x * p.softcap_inv_scale);
                         logit = p.softcap_log2 * th;
                     } else {
                         logit = x * p.scale_log2;
                     }
-                    if (alibi_slope_log2 != 0.0f)
+                    if (GENERAL && alibi_slope_log2 != 0.0f)
                         logit -= alibi_slope_log2 * (float)abs(row + pos.shift - (col + e));
                     if (masked && (col + e < lo || col + e >= hi)) logit = -INFINITY;
-                    const float prob = flashc_exp2(logit - lse2[r]);
+                    const float prob = flashc_exp2(GENERAL ? logit - lse2[r] : logit);
                     float dpe = dp[i][j][2 * half + e];
                     pd[e] = prob;
                     if (dropout) {

@@ -104,7 +104,6 @@ __device__ __forceinline__ float2 flashc_unpack2<__nv_bfloat16>(uint32_t packed)
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&packed));
 }
 
-/* 2^x, approximate (2 ulp), -inf -> +0: the softmax exponential. */
 /* Two float32 atomic adds into addr[0], addr[1] (8-byte aligned global
  * memory): one vector reduction on sm_90+, which carries 8 bytes per lane
  * (full 32-byte sectors from four lanes) at the cost of one; two scalar
@@ -118,6 +117,7 @@ static __device__ __forceinline__ void flashc_red_add2(float *addr, float a, flo
 #endif
 }
 
+/* 2^x, approximate (2 ulp), -inf -> +0: the softmax exponential. */
 static __device__ __forceinline__ float flashc_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
