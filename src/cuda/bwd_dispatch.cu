@@ -5,7 +5,7 @@
 #include "hopper_bwd.h"
 
 cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config,
-                                int small) {
+                                int small, int general) {
     const cudaError_t hopper = flashc_hopper_bwd(p, stream, is_bf16);
     if (hopper == cudaSuccess && p->head_splits > 1) return flashc_bwd_combine_dkv(p, is_bf16, stream);
     if (hopper != cudaErrorNotSupported) return hopper;
@@ -22,7 +22,7 @@ cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is
     }
     p = &portable;
 #define FLASHC_BWD_TRY_CONFIG(HEAD_DIM) \
-    if (head_dim_config == HEAD_DIM) return flashc_bwd_run_hdim##HEAD_DIM(p, stream, is_bf16, small);
+    if (head_dim_config == HEAD_DIM) return flashc_bwd_run_hdim##HEAD_DIM(p, stream, is_bf16, small, general);
     FLASHC_BWD_HEAD_DIMS(FLASHC_BWD_TRY_CONFIG)
 #undef FLASHC_BWD_TRY_CONFIG
     return cudaErrorInvalidValue; /* unreachable: the plan picks a compiled configuration */

@@ -49,32 +49,26 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     return cudaGetLastError();
 }
 
-/* The general variant where softcap, ALiBi or dropout is on, or the scale
- * is negative (the plain one folds a positive scale into the exponent). */
-static inline bool flashc_bwd_general(const flashc_bwd_params &p) {
-    return p.fwd.softcap_inv_scale != 0.0f || p.fwd.alibi_slopes != nullptr || p.fwd.dropout_threshold != 0u ||
-           p.fwd.scale_log2 < 0.0f;
-}
-
 template <typename T, int HEAD_DIM, bool SMALL>
-static cudaError_t flashc_bwd_launch_variant(const flashc_bwd_params &p, cudaStream_t stream) {
-    return flashc_bwd_general(p) ? flashc_bwd_launch<T, HEAD_DIM, SMALL, true>(p, stream)
-                                 : flashc_bwd_launch<T, HEAD_DIM, SMALL, false>(p, stream);
+static cudaError_t flashc_bwd_launch_variant(const flashc_bwd_params &p, cudaStream_t stream, int general) {
+    return general ? flashc_bwd_launch<T, HEAD_DIM, SMALL, true>(p, stream)
+                   : flashc_bwd_launch<T, HEAD_DIM, SMALL, false>(p, stream);
 }
 
 template <typename T, int HEAD_DIM>
-static cudaError_t flashc_bwd_launch_config(const flashc_bwd_params &p, cudaStream_t stream, int small) {
+static cudaError_t flashc_bwd_launch_config(const flashc_bwd_params &p, cudaStream_t stream, int small,
+                                            int general) {
     if constexpr (flashc_bwd_config<HEAD_DIM, true>::COMPILED)
-        if (small) return flashc_bwd_launch_variant<T, HEAD_DIM, true>(p, stream);
-    return small ? cudaErrorInvalidValue : flashc_bwd_launch_variant<T, HEAD_DIM, false>(p, stream);
+        if (small) return flashc_bwd_launch_variant<T, HEAD_DIM, true>(p, stream, general);
+    return small ? cudaErrorInvalidValue : flashc_bwd_launch_variant<T, HEAD_DIM, false>(p, stream, general);
 }
 
 #define FLASHC_BWD_DEFINE_RUN(HEAD_DIM)                                                                       \
     cudaError_t flashc_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, void *stream, int is_bf16,        \
-                                              int small) {                                                  \
+                                              int small, int general) {                                     \
         cudaStream_t s = (cudaStream_t)stream;                                                              \
-        return is_bf16 ? flashc_bwd_launch_config<__nv_bfloat16, HEAD_DIM>(*p, s, small)                    \
-                       : flashc_bwd_launch_config<__half, HEAD_DIM>(*p, s, small);                          \
+        return is_bf16 ? flashc_bwd_launch_config<__nv_bfloat16, HEAD_DIM>(*p, s, small, general)           \
+                       : flashc_bwd_launch_config<__half, HEAD_DIM>(*p, s, small, general);                 \
     }
 
 #endif

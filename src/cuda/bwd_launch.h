@@ -9,9 +9,12 @@
 #include "bwd_config.h"
 #include "bwd_params.h"
 
-/* small: the SMALL configuration of the head dim (bwd_config.h). */
-#define FLASHC_BWD_DECLARE_RUN(HEAD_DIM) \
-    cudaError_t flashc_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, void *stream, int is_bf16, int small);
+/* small: the SMALL configuration of the head dim (bwd_config.h); general:
+ * the kernel's general variant (softcap, ALiBi, dropout, negative scales),
+ * by the forward's rule (backend.cu). */
+#define FLASHC_BWD_DECLARE_RUN(HEAD_DIM)                                                                   \
+    cudaError_t flashc_bwd_run_hdim##HEAD_DIM(const flashc_bwd_params *p, void *stream, int is_bf16, int small, \
+                                              int general);
 FLASHC_BWD_HEAD_DIMS(FLASHC_BWD_DECLARE_RUN)
 #undef FLASHC_BWD_DECLARE_RUN
 
@@ -21,9 +24,9 @@ FLASHC_BWD_HEAD_DIMS(FLASHC_BWD_DECLARE_RUN)
 cudaError_t flashc_bwd_preprocess(const flashc_bwd_params *p, int is_bf16, void *stream);
 
 /* The main kernel of the configuration with this HEAD_DIM (its SMALL one
- * when small). */
+ * when small; its general variant when general). */
 cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config,
-                                int small);
+                                int small, int general);
 
 /* dq = scale * (sum of the dQ slices, in slice order), in the output dtype. */
 cudaError_t flashc_bwd_convert_dq(const flashc_bwd_params *p, int is_bf16, void *stream);
