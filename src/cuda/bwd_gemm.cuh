@@ -46,30 +46,50 @@ static __device__ __forceinline__ void flashc_ldmatrix(uint32_t r[4], uint32_t a
         flashc_ldmatrix_x4(r, addr);
 }
 
-/* acc += A B over K_STEPS k-steps of 16. a_addr / b_addr: the warp tile's
- * corner plus the lane offset above (shared-window byte addresses). */
-template <typename T, bool A_TRANS, bool B_TRANS, int M_ATOMS, int N_PAIRS, int K_STEPS, int A_ROW_BYTES,
-          int B_ROW_BYTES>
-static __device__ __forceinline__ void flashc_warp_gemm(float (&acc)[M_ATOMS][2 * N_PAIRS][4], uint32_t a_addr,
-                                                        uint32_t b_addr) {
-#pragma unroll
-    for (int ks = 0; ks < K_STEPS; ++ks) {
-        uint32_t a[M_ATOMS][4];
+/* One k-step's fragments of one GEMM: A (M_ATOMS 16-row atoms) and B
+ * (N_PAIRS pairs of 8-column atoms), and their products into acc. */
+template <typename T, bool A_TRANS, bool B_TRANS, int M_ATOMS, int N_PAIRS, int A_ROW_BYTES, int B_ROW_BYTES>
+struct flashc_warp_frags {
+    uint32_t a[M_ATOMS][4], b[N_PAIRS][4];
+
+    __device__ __forceinline__ void load(uint32_t a_addr, uint32_t b_addr, int ks) {
 #pragma unroll
         for (int i = 0; i < M_ATOMS; ++i)
             flashc_ldmatrix<A_TRANS>(a[i], a_addr + (A_TRANS ? i * 32 + ks * 16 * A_ROW_BYTES
                                                              : i * 16 * A_ROW_BYTES + ks * 32));
 #pragma unroll
-        for (int jp = 0; jp < N_PAIRS; ++jp) {
-            uint32_t b[4];
-            flashc_ldmatrix<B_TRANS>(b, b_addr + (B_TRANS ? jp * 32 + ks * 16 * B_ROW_BYTES
-                                                          : jp * 16 * B_ROW_BYTES + ks * 32));
+        for (int jp = 0; jp < N_PAIRS; ++jp)
+            flashc_ldmatrix<B_TRANS>(b[jp], b_addr + (B_TRANS ? jp * 32 + ks * 16 * B_ROW_BYTES
+                                                              : jp * 16 * B_ROW_BYTES + ks * 32));
+    }
+    __device__ __forceinline__ void mma(float (&acc)[M_ATOMS][2 * N_PAIRS][4]) const {
+#pragma unroll
+        for (int jp = 0; jp < N_PAIRS; ++jp)
 #pragma unroll
             for (int i = 0; i < M_ATOMS; ++i) {
-                flashc_mma16816<T>(acc[i][2 * jp], a[i], b[0], b[1]);
-                flashc_mma16816<T>(acc[i][2 * jp + 1], a[i], b[2], b[3]);
+                flashc_mma16816<T>(acc[i][2 * jp], a[i], b[jp][0], b[jp][1]);
+                flashc_mma16816<T>(acc[i][2 * jp + 1], a[i], b[jp][2], b[jp][3]);
             }
-        }
+    }
+};
+
+/* acc[g] += A_g B_g for NG GEMMs of one shape over K_STEPS k-steps of 16,
+ * their k-loops fused: each GEMM's fragment loads overlap the others'
+ * products, and NG times the accumulators are independent (one GEMM of
+ * 8 accumulators per warp left ptxas too little to hide each ldmatrix
+ * under). a_addr / b_addr: each warp tile's corner plus the lane offset
+ * above (shared-window byte addresses). */
+template <typename T, bool A_TRANS, bool B_TRANS, int M_ATOMS, int N_PAIRS, int K_STEPS, int A_ROW_BYTES,
+          int B_ROW_BYTES, int NG>
+static __device__ __forceinline__ void flashc_warp_gemms(float (&acc)[NG][M_ATOMS][2 * N_PAIRS][4],
+                                                         const uint32_t (&a_addr)[NG], const uint32_t (&b_addr)[NG]) {
+    flashc_warp_frags<T, A_TRANS, B_TRANS, M_ATOMS, N_PAIRS, A_ROW_BYTES, B_ROW_BYTES> f[NG];
+#pragma unroll
+    for (int ks = 0; ks < K_STEPS; ++ks) {
+#pragma unroll
+        for (int g = 0; g < NG; ++g) f[g].load(a_addr[g], b_addr[g], ks);
+#pragma unroll
+        for (int g = 0; g < NG; ++g) f[g].mma(acc[g]);
     }
 }
 

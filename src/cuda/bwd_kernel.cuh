@@ -143,7 +143,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
         const int m_count = last_row >= first_row ? last_row / BLOCK_M - m_first + 1 : 0;
         const int iters = group * m_count;
 
-        float acc_dk[KV_ROW_ATOMS][KV_COL_ATOMS][4], acc_dv[KV_ROW_ATOMS][KV_COL_ATOMS][4];
+        float acc_dvdk[2][KV_ROW_ATOMS][KV_COL_ATOMS][4];
+        float (&acc_dv)[KV_ROW_ATOMS][KV_COL_ATOMS][4] = acc_dvdk[0];
+        float (&acc_dk)[KV_ROW_ATOMS][KV_COL_ATOMS][4] = acc_dvdk[1];
         flashc_zero_acc(acc_dk);
         flashc_zero_acc(acc_dv);
 
@@ -198,15 +200,19 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
             if (stages == 2 && it + 1 < iters) load_iteration(it + 1, stage ^ 1);
 
             /* S = Q K^T, dP = dO V^T */
-            float acc_s[S_ROW_ATOMS][S_COL_ATOMS][4], acc_dp[S_ROW_ATOMS][S_COL_ATOMS][4];
-            flashc_zero_acc(acc_s);
-            flashc_zero_acc(acc_dp);
-            flashc_warp_gemm<T, false, false, S_ROW_ATOMS, S_COL_ATOMS / 2, HEAD_DIM / 16, SD_BYTES, SD_BYTES>(
-                acc_s, sQ_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES),
-                sK_addr + s_col0 * SD_BYTES + flashc_lane_offset_b<false>(lane, SD_BYTES));
-            flashc_warp_gemm<T, false, false, S_ROW_ATOMS, S_COL_ATOMS / 2, HEAD_DIM / 16, SD_BYTES, SD_BYTES>(
-                acc_dp, sdO_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES),
-                sV_addr + s_col0 * SD_BYTES + flashc_lane_offset_b<false>(lane, SD_BYTES));
+            float acc_sdp[2][S_ROW_ATOMS][S_COL_ATOMS][4];
+            flashc_zero_acc(acc_sdp[0]);
+            flashc_zero_acc(acc_sdp[1]);
+            float (&acc_s)[S_ROW_ATOMS][S_COL_ATOMS][4] = acc_sdp[0];
+            float (&acc_dp)[S_ROW_ATOMS][S_COL_ATOMS][4] = acc_sdp[1];
+            {
+                const uint32_t a_sdp[2] = {sQ_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES),
+                                           sdO_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES)};
+                const uint32_t b_sdp[2] = {sK_addr + s_col0 * SD_BYTES + flashc_lane_offset_b<false>(lane, SD_BYTES),
+                                           sV_addr + s_col0 * SD_BYTES + flashc_lane_offset_b<false>(lane, SD_BYTES)};
+                flashc_warp_gemms<T, false, false, S_ROW_ATOMS, S_COL_ATOMS / 2, HEAD_DIM / 16, SD_BYTES, SD_BYTES,
+                                  2>(acc_sdp, a_sdp, b_sdp);
+            }
 
             /* P, dS -> shared memory */
             {
@@ -241,12 +247,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
             __syncthreads(); /* (B) */
 
             /* dV += Pd^T dO, dK += dS^T Q */
-            flashc_warp_gemm<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, BLOCK_M / 16, SP_BYTES, SD_BYTES>(
-                acc_dv, sP_addr + kv_key0 * (int)sizeof(T) + flashc_lane_offset_a<true>(lane, SP_BYTES),
-                sdO_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES));
-            flashc_warp_gemm<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, BLOCK_M / 16, SP_BYTES, SD_BYTES>(
-                acc_dk, sdS_addr + kv_key0 * (int)sizeof(T) + flashc_lane_offset_a<true>(lane, SP_BYTES),
-                sQ_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES));
+            {
+                const uint32_t a_kv[2] = {sP_addr + kv_key0 * (int)sizeof(T) + flashc_lane_offset_a<true>(lane, SP_BYTES),
+                                          sdS_addr + kv_key0 * (int)sizeof(T) + flashc_lane_offset_a<true>(lane, SP_BYTES)};
+                const uint32_t b_kv[2] = {sdO_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES),
+                                          sQ_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES)};
+                flashc_warp_gemms<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, BLOCK_M / 16, SP_BYTES, SD_BYTES,
+                                  2>(acc_dvdk, a_kv, b_kv);
+            }
 
             /* dQ += dS K, a chunk of columns at a time; rows past the
              * sequence add zeros into the tile's padding rows of the
@@ -256,16 +264,17 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
             for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
                 const int dim0 = q_dim0 + c0;
                 if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
-                float acc_dq[Q_ROW_ATOMS][DQ_COL_ATOMS][4];
-                flashc_zero_acc(acc_dq);
-                flashc_warp_gemm<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, SP_BYTES, SD_BYTES>(
-                    acc_dq, sdS_addr + q_row0 * SP_BYTES + flashc_lane_offset_a<false>(lane, SP_BYTES),
-                    sK_addr + dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES));
+                float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
+                flashc_zero_acc(acc_dq[0]);
+                const uint32_t a_q[1] = {sdS_addr + q_row0 * SP_BYTES + flashc_lane_offset_a<false>(lane, SP_BYTES)};
+                const uint32_t b_q[1] = {sK_addr + dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES)};
+                flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, SP_BYTES, SD_BYTES,
+                                  1>(acc_dq, a_q, b_q);
                 float *dq_lane = dq_rows + (int64_t)(q_row0 + g) * p.fwd.head_dim + dim0 + 2 * t;
                 if (p.fwd.head_dim == HEAD_DIM)
-                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane, acc_dq, 0, 0);
+                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane, acc_dq[0], 0, 0);
                 else
-                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, 0>(dq_lane, acc_dq, p.fwd.head_dim,
+                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, 0>(dq_lane, acc_dq[0], p.fwd.head_dim,
                                                                     p.fwd.head_dim - dim0 - 2 * t);
             }
 
