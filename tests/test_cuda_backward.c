@@ -98,6 +98,38 @@ static void every_configuration(void **state) {
     tcuda_run_cases("cuda backward configurations", cfgs, n, 1);
 }
 
+/* ---- Feature combinations ------------------------------------------------ */
+
+/* Softcap, dropout and ALiBi together, in pairs and all three (with a
+ * window), at each portable head dim and both 16-bit types: the general
+ * variants' code paths one feature at a time never reach. */
+static void feature_combinations(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    static const int64_t dims[] = {64, 128, 256};
+    int n = 0;
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i)
+        for (int combo = 0; combo < 4; ++combo) {
+            const int t = (int)i * 4 + combo;
+            test_config c = test_config_shaped(alternate(t), 2, 4, 2, dims[i], dims[i], t & 1 ? 130 : 67,
+                                               t & 1 ? 200 : 67);
+            c.options.causal = t & 2 ? 1 : 0;
+            if (combo != 1) c.options.softcap = 5.0;
+            if (combo != 2) {
+                c.options.dropout_p = 0.2;
+                c.options.dropout_seed = 77 + t;
+            }
+            if (combo != 0) c.alibi = 1 + (t & 1);
+            if (combo == 3) {
+                c.options.window_left = 40;
+                c.options.window_right = 7;
+            }
+            c.with_dlse = combo == 3;
+            cfgs[n++] = c;
+        }
+    tcuda_run_cases("cuda backward feature combinations", cfgs, n, 1);
+}
+
 /* ---- Reproducibility --------------------------------------------------- */
 
 static int64_t differing_bytes(const unsigned char *a, const unsigned char *b, size_t n) {
@@ -507,6 +539,7 @@ static void backward_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_configuration),
+        cmocka_unit_test(feature_combinations),
         cmocka_unit_test(deterministic_bit_identical),
         cmocka_unit_test(dkdv_stable_with_atomics),
         cmocka_unit_test(deterministic_key_block_walk),
