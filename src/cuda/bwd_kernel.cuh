@@ -201,10 +201,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
 
             /* S = Q K^T, dP = dO V^T */
             float acc_sdp[2][S_ROW_ATOMS][S_COL_ATOMS][4];
-            flashc_zero_acc(acc_sdp[0]);
-            flashc_zero_acc(acc_sdp[1]);
             float (&acc_s)[S_ROW_ATOMS][S_COL_ATOMS][4] = acc_sdp[0];
             float (&acc_dp)[S_ROW_ATOMS][S_COL_ATOMS][4] = acc_sdp[1];
+            flashc_zero_acc(acc_s);
+            flashc_zero_acc(acc_dp);
             {
                 const uint32_t a_sdp[2] = {sQ_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES),
                                            sdO_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES)};
