@@ -229,7 +229,7 @@ step_sanitize() {
             90 --tool racecheck --racecheck-report analysis "$B/tests/test_cuda_kvcache"
     done
     run_sanitizer "memcheck flashc run (small, varlen, dropout)" 60 --tool memcheck \
-        "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen \
+        "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen --no-causal \
         --dropout 0.1 --forward-only --quiet
     run_sanitizer "memcheck flashc run with backward (small, varlen, GQA, dropout, softcap)" 60 --tool memcheck \
         "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 96 --varlen \
@@ -263,7 +263,7 @@ step_sanitize() {
         --tool racecheck --racecheck-report analysis "$B/flashc" run --batch 2 --heads 4 --hdim 64 --seqlen 200 \
         --causal --quiet
     FLASHC_CUDA_BACKWARD=portable run_sanitizer "memcheck flashc run with portable backward (varlen, GQA, window)" 60 \
-        --tool memcheck "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen \
+        --tool memcheck "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen --no-causal \
         --window 60,10 --quiet
     for problem in "--hdim 128 --seqlen 300 --no-causal" "--hdim 64 --seqlen 200 --causal --varlen" \
                    "--hdim 256 --seqlen 130 --kv-heads 2 --window 40,8 --no-causal" \

@@ -11,30 +11,37 @@
  * Register budget per thread (float32 accumulators): dK + dV =
  * BLOCK_N * 2 * HEAD_DIM / (32 WARPS) live through the whole loop, S + dP =
  * 2 BLOCK_M BLOCK_N / (32 WARPS), one dQ chunk = BLOCK_M DQ_CHUNK / (32 WARPS).
+ * SWIZZLE: K, V, Q, dO tiles swizzled where the head dim allows
+ * (smem_tile.cuh), else rows padded by 16 bytes. Swizzled measured on the
+ * H200 (bench/NOTES.md "swizzled tiles"): +5 % at d256, -1.5 % at d64
+ * (ptxas spills more), -2 % at d128; d96 / d192 rows cannot be swizzled.
+ * The SMALL configurations (sm_86 / sm_89, not measured) follow their head
+ * dim's choice.
  *
  * Shared memory: K, V (BLOCK_N rows), Q and dO (BLOCK_M rows, two stages
  * where the device has room, else one), P and dS (BLOCK_M x BLOCK_N, 16-bit),
- * LSE and D rows. Rows padded by 16 bytes, as in the forward. One stage of
- * the 64 - 256 configurations needs 112 - 151 KiB, more than the 99 KiB a
- * CTA may have on sm_86 / sm_89; there the plan takes their SMALL
- * configurations (64 query rows at 64, 64 keys at 96 / 128, or 32 query
- * rows and fewer keys: 72 - 89 KiB). */
+ * LSE and D rows. One stage of the 64 - 256 configurations needs 113 -
+ * 147 KiB, more than the 99 KiB a CTA may have on sm_86 / sm_89; there the
+ * plan takes their SMALL configurations (64 query rows at 64, 64 keys at
+ * 96 / 128, or 32 query rows and fewer keys: 70 - 85 KiB). */
 #ifndef FLASHC_CUDA_BWD_CONFIG_H
 #define FLASHC_CUDA_BWD_CONFIG_H
 
-#define FLASHC_BWD_CONFIGS(X)                                                             \
-    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK SMALL */ \
-    X(64, 128, 128, 8, 4, 4, 4, 32, 0)                                                    \
-    X(96, 64, 128, 8, 2, 4, 4, 48, 0)                                                     \
-    X(128, 64, 128, 8, 2, 4, 4, 32, 0)                                                    \
-    X(192, 64, 64, 8, 2, 2, 4, 32, 0)                                                     \
-    X(256, 64, 64, 8, 2, 2, 4, 32, 0)                                                     \
-    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */  \
-    X(64, 64, 128, 8, 2, 4, 4, 32, 1)                                                     \
-    X(96, 64, 64, 8, 2, 4, 4, 48, 1)                                                      \
-    X(128, 64, 64, 8, 2, 2, 4, 32, 1)                                                     \
-    X(192, 32, 64, 8, 2, 2, 2, 48, 1)                                                     \
-    X(256, 32, 32, 4, 2, 2, 2, 32, 1)
+#include "fwd_config.h"
+
+#define FLASHC_BWD_CONFIGS(X)                                                                   \
+    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK SWIZZLE SMALL */  \
+    X(64, 128, 128, 8, 4, 4, 4, 32, 0, 0)                                                       \
+    X(96, 64, 128, 8, 2, 4, 4, 48, 0, 0)                                                        \
+    X(128, 64, 128, 8, 2, 4, 4, 32, 0, 0)                                                       \
+    X(192, 64, 64, 8, 2, 2, 4, 32, 0, 0)                                                        \
+    X(256, 64, 64, 8, 2, 2, 4, 32, 1, 0)                                                        \
+    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */            \
+    X(64, 64, 128, 8, 2, 4, 4, 32, 0, 1)                                                        \
+    X(96, 64, 64, 8, 2, 4, 4, 48, 0, 1)                                                         \
+    X(128, 64, 64, 8, 2, 2, 4, 32, 0, 1)                                                        \
+    X(192, 32, 64, 8, 2, 2, 2, 48, 0, 1)                                                        \
+    X(256, 32, 32, 4, 2, 2, 2, 32, 1, 1)
 
 /* The compiled head dims, smallest first. */
 #define FLASHC_BWD_HEAD_DIMS(X) X(64) X(96) X(128) X(192) X(256)
@@ -43,22 +50,23 @@ template <int HEAD_DIM, bool SMALL = false>
 struct flashc_bwd_config {
     static constexpr bool COMPILED = false;
 };
-#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, KVWN, QWM, DQC, SM)               \
-    template <>                                                                        \
-    struct flashc_bwd_config<D, SM> {                                                  \
-        static constexpr bool COMPILED = true;                                         \
-        static constexpr int BLOCK_M = BM, BLOCK_N = BN, WARPS = W;                    \
-        static constexpr int S_WARPS_M = SWM, KV_WARPS_N = KVWN, Q_WARPS_M = QWM;      \
-        static constexpr int DQ_CHUNK = DQC;                                           \
+#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, KVWN, QWM, DQC, SWZ, SM)                    \
+    template <>                                                                                 \
+    struct flashc_bwd_config<D, SM> {                                                           \
+        static constexpr bool COMPILED = true;                                                  \
+        static constexpr int BLOCK_M = BM, BLOCK_N = BN, WARPS = W;                             \
+        static constexpr int S_WARPS_M = SWM, KV_WARPS_N = KVWN, Q_WARPS_M = QWM;               \
+        static constexpr int DQ_CHUNK = DQC;                                                    \
+        static constexpr bool SWIZZLE = SWZ;                                                    \
     };
 FLASHC_BWD_CONFIGS(FLASHC_BWD_CONFIG_STRUCT)
 #undef FLASHC_BWD_CONFIG_STRUCT
 
-/* Shared memory of one CTA, in bytes, with `stages` buffers of Q, dO and
- * their LSE / D rows. */
-#define FLASHC_BWD_SMEM_BYTES(head_dim, block_m, block_n, stages, elem_bytes)                        \
-    ((2 * (block_n) * ((head_dim) + 8) + (stages) * 2 * (block_m) * ((head_dim) + 8) +                \
-      2 * (block_m) * ((block_n) + 8)) * (elem_bytes) +                                              \
-     (stages) * 2 * (block_m) * 4)
+/* Shared memory of one CTA, in bytes (16-bit elements), with `stages`
+ * buffers of Q, dO and their LSE / D rows: K, V, Q, dO tiles as
+ * smem_tile.cuh lays them out, P and dS rows padded by 16 bytes. */
+#define FLASHC_BWD_SMEM_BYTES(head_dim, block_m, block_n, swizzle, stages)                                \
+    ((2 * (block_n) + (stages) * 2 * (block_m)) * FLASHC_TILE_ROW_BYTES_IF(head_dim, swizzle) +            \
+     2 * (block_m) * ((block_n) + 8) * 2 + (stages) * 2 * (block_m) * 4 + FLASHC_TILE_ALIGN)
 
 #endif

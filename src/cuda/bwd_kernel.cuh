@@ -81,12 +81,14 @@ static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float 
 }
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,
-          int Q_WARPS_M, int DQ_CHUNK, bool GENERAL>
+          int Q_WARPS_M, int DQ_CHUNK, bool SWIZZLE, bool GENERAL>
 __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_bwd_params p, int stages) {
     constexpr int THREADS = WARPS * 32;
-    constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM); /* Q, dO, K, V rows (elements) */
+    typedef flashc_smem_tile<HEAD_DIM, SWIZZLE> LD; /* Q, dO, K, V tiles */
+    constexpr int SD = LD::ROW_BYTES / (int)sizeof(T); /* their rows (elements) */
     constexpr int SP = BLOCK_N + 8;               /* P, dS rows (elements) */
-    constexpr int SD_BYTES = SD * (int)sizeof(T), SP_BYTES = SP * (int)sizeof(T);
+    constexpr int SP_BYTES = SP * (int)sizeof(T);
+    typedef flashc_smem_plain<SP_BYTES> LP; /* P, dS tiles */
 
     /* S, dP: warp tile S_ROWS x S_COLS */
     constexpr int S_WARPS_N = WARPS / S_WARPS_M;
@@ -104,8 +106,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
     static_assert(KV_KEYS % 16 == 0 && KV_DIMS % 16 == 0, "dK / dV warp tiles of whole 16 x 16 atoms");
     static_assert(Q_ROWS % 16 == 0 && Q_DIMS % DQ_CHUNK == 0 && DQ_CHUNK % 16 == 0, "dQ warp tiles");
     static_assert(BLOCK_M % 4 == 0 && BLOCK_M / 2 <= THREADS, "LSE / D rows load as 16-byte chunks, one per thread");
+    /* swizzled tiles (smem_tile.cuh): each starts on a 128-byte line, and
+     * a lane's chunk offset within a warp tile shares no bit with the
+     * GEMM's chunk steps (2 jp < KV_DIMS / 8, 2 jp < DQ_CHUNK / 8) */
+    static_assert(!flashc_smem_is_swizzled<LD>::value ||
+                      ((BLOCK_M * SP_BYTES) % 128 == 0 && (KV_DIMS / 8 & (KV_DIMS / 8 - 1)) == 0 &&
+                       (DQ_CHUNK / 8 & (DQ_CHUNK / 8 - 1)) == 0),
+                  "swizzled tile layout");
 
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem = flashc_tile_base<LD>(smem_raw);
     T *sK = reinterpret_cast<T *>(smem);
     T *sV = sK + BLOCK_N * SD;
     T *sP = sV + BLOCK_N * SD;
@@ -163,8 +173,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                          (seq.q_start + m0) * p.fwd.q_row_stride + head * p.fwd.q_head_stride;
             const T *dout = reinterpret_cast<const T *>(p.dout) + batch * p.do_batch_stride +
                             (seq.q_start + m0) * p.do_row_stride + head * p.do_head_stride;
-            flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS>(sQ, q, p.fwd.q_row_stride, rows, p.fwd.head_dim);
-            flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS>(sdO, dout, p.do_row_stride, rows,
+            flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS, LD>(sQ, q, p.fwd.q_row_stride, rows, p.fwd.head_dim);
+            flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS, LD>(sdO, dout, p.do_row_stride, rows,
                                                                  p.fwd.head_dim_v);
             constexpr int ROW_CHUNKS = BLOCK_M / 4; /* 16-byte chunks of one row buffer */
             if (threadIdx.x < 2 * ROW_CHUNKS) {
@@ -177,9 +187,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
 
         __syncthreads(); /* the previous key block's reads of sK / sV are done */
         if (iters > 0) {
-            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, k_seq + n0 * p.fwd.k_row_stride,
+            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS, LD>(sK, k_seq + n0 * p.fwd.k_row_stride,
                                                                  p.fwd.k_row_stride, keys, p.fwd.head_dim);
-            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sV, v_seq + n0 * p.fwd.v_row_stride,
+            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS, LD>(sV, v_seq + n0 * p.fwd.v_row_stride,
                                                                  p.fwd.v_row_stride, keys, p.fwd.head_dim_v);
             load_iteration(0, 0); /* commits K, V and iteration 0 as one group */
         }
@@ -206,11 +216,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
             flashc_zero_acc(acc_s);
             flashc_zero_acc(acc_dp);
             {
-                const uint32_t a_sdp[2] = {sQ_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES),
-                                           sdO_addr + s_row0 * SD_BYTES + flashc_lane_offset_a<false>(lane, SD_BYTES)};
-                const uint32_t b_sdp[2] = {sK_addr + s_col0 * SD_BYTES + flashc_lane_offset_b<false>(lane, SD_BYTES),
-                                           sV_addr + s_col0 * SD_BYTES + flashc_lane_offset_b<false>(lane, SD_BYTES)};
-                flashc_warp_gemms<T, false, false, S_ROW_ATOMS, S_COL_ATOMS / 2, HEAD_DIM / 16, SD_BYTES, SD_BYTES,
+                const uint32_t a_sdp[2] = {FLASHC_LANE_ADDR(LD, false, false, sQ_addr, lane, s_row0, 0),
+                                           FLASHC_LANE_ADDR(LD, false, false, sdO_addr, lane, s_row0, 0)};
+                const uint32_t b_sdp[2] = {FLASHC_LANE_ADDR(LD, true, false, sK_addr, lane, s_col0, 0),
+                                           FLASHC_LANE_ADDR(LD, true, false, sV_addr, lane, s_col0, 0)};
+                flashc_warp_gemms<T, false, false, S_ROW_ATOMS, S_COL_ATOMS / 2, HEAD_DIM / 16, LD, LD,
                                   2>(acc_sdp, a_sdp, b_sdp);
             }
 
@@ -231,11 +241,23 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 const bool masked = flashc_tile_needs_mask(m0, min(BLOCK_M, seq.sq - m0), n0, BLOCK_N, seq.sk, shift,
                                                            p.fwd.window_left, p.fwd.window_right);
                 const int at = (s_row0 + g) * SP + s_col0 + 2 * t;
-                if (GENERAL)
-                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true>(
-                        acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, flashc_alibi_slope_log2(p.fwd, batch, head),
-                        batch, head, sP + at, sdS + at);
-                else if (masked) /* plain: the mask test compiled only into tiles that need it */
+                if (GENERAL) {
+                    /* one copy of the score code per softcap / dropout combination, picked per tile */
+                    const float slope = flashc_alibi_slope_log2(p.fwd, batch, head);
+                    const bool softcap = p.fwd.softcap_inv_scale != 0.0f, dropout = p.fwd.dropout_threshold != 0u;
+                    if (softcap && dropout)
+                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, true, true>(
+                            acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, slope, batch, head, sP + at, sdS + at);
+                    else if (softcap)
+                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, true, false>(
+                            acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, slope, batch, head, sP + at, sdS + at);
+                    else if (dropout)
+                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, false, true>(
+                            acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, slope, batch, head, sP + at, sdS + at);
+                    else
+                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, false, false>(
+                            acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, slope, batch, head, sP + at, sdS + at);
+                } else if (masked) /* plain: the mask test compiled only into tiles that need it */
                     flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, false>(acc_s, acc_dp, lse2, dsum, p.fwd, pos,
                                                                               true, 0.0f, batch, head, sP + at,
                                                                               sdS + at);
@@ -248,11 +270,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
 
             /* dV += Pd^T dO, dK += dS^T Q */
             {
-                const uint32_t a_kv[2] = {sP_addr + kv_key0 * (int)sizeof(T) + flashc_lane_offset_a<true>(lane, SP_BYTES),
-                                          sdS_addr + kv_key0 * (int)sizeof(T) + flashc_lane_offset_a<true>(lane, SP_BYTES)};
-                const uint32_t b_kv[2] = {sdO_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES),
-                                          sQ_addr + kv_dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES)};
-                flashc_warp_gemms<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, BLOCK_M / 16, SP_BYTES, SD_BYTES,
+                const uint32_t a_kv[2] = {FLASHC_LANE_ADDR(LP, false, true, sP_addr, lane, 0, kv_key0),
+                                          FLASHC_LANE_ADDR(LP, false, true, sdS_addr, lane, 0, kv_key0)};
+                const uint32_t b_kv[2] = {FLASHC_LANE_ADDR(LD, true, true, sdO_addr, lane, 0, kv_dim0),
+                                          FLASHC_LANE_ADDR(LD, true, true, sQ_addr, lane, 0, kv_dim0)};
+                flashc_warp_gemms<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, BLOCK_M / 16, LP, LD,
                                   2>(acc_dvdk, a_kv, b_kv);
             }
 
@@ -266,9 +288,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
                 float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
                 flashc_zero_acc(acc_dq[0]);
-                const uint32_t a_q[1] = {sdS_addr + q_row0 * SP_BYTES + flashc_lane_offset_a<false>(lane, SP_BYTES)};
-                const uint32_t b_q[1] = {sK_addr + dim0 * (int)sizeof(T) + flashc_lane_offset_b<true>(lane, SD_BYTES)};
-                flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, SP_BYTES, SD_BYTES,
+                const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0)};
+                const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, dim0)};
+                flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD,
                                   1>(acc_dq, a_q, b_q);
                 float *dq_lane = dq_rows + (int64_t)(q_row0 + g) * p.fwd.head_dim + dim0 + 2 * t;
                 if (p.fwd.head_dim == HEAD_DIM)

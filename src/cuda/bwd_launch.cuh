@@ -20,7 +20,7 @@ template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL>
 static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t stream) {
     typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
     auto kernel = flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS, C::S_WARPS_M, C::KV_WARPS_N,
-                                    C::Q_WARPS_M, C::DQ_CHUNK, GENERAL>;
+                                    C::Q_WARPS_M, C::DQ_CHUNK, C::SWIZZLE, GENERAL>;
     /* the workspace was laid out in the plan's tiles, which this
      * configuration's blocks must divide; anything else would read and
      * write wrong rows */
@@ -33,10 +33,10 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     if (err != cudaSuccess) return err;
     const int optin = flashc_cuda_device_smem_optin(device);
     int stages = 2;
-    int smem = FLASHC_BWD_SMEM_BYTES(HEAD_DIM, C::BLOCK_M, C::BLOCK_N, 2, (int)sizeof(T));
+    int smem = FLASHC_BWD_SMEM_BYTES(HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::SWIZZLE, 2);
     if (smem > optin) {
         stages = 1;
-        smem = FLASHC_BWD_SMEM_BYTES(HEAD_DIM, C::BLOCK_M, C::BLOCK_N, 1, (int)sizeof(T));
+        smem = FLASHC_BWD_SMEM_BYTES(HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::SWIZZLE, 1);
     }
     if (smem > optin) return cudaErrorInvalidConfiguration; /* unreachable: the plan took a configuration that fits */
     if (smem > 48 * 1024) {

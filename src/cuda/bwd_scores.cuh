@@ -23,12 +23,16 @@
 
 /* lse2 / dsum: this thread's rows (index 2 * i + half: row g + 8 * half of
  * row atom i). sP / sdS: this thread's element (row g, column 2 * (lane % 4))
- * of the warp's tile. GENERAL: the kernel's general variant (softcap, ALiBi,
- * dropout, any scale). Without it the logit rule, ALiBi and dropout drop
- * out and P = 2^(S * scale * log2 e - LSE * log2 e) is one FFMA and one EX2
- * (a positive scale); the plain kernel passes `masked` as a constant, so
- * tiles inside the visible band carry no comparisons. */
-template <typename T, int ROW_ATOMS, int COL_ATOMS, int TILE_ROW, bool GENERAL>
+ * of the warp's tile. GENERAL: the kernel's general variant (ALiBi and any
+ * scale; SOFTCAP, DROPOUT: those features, compiled in only where on, so
+ * the element loop has no run-time branches). Without GENERAL the logit
+ * rule, ALiBi and dropout drop out and P = 2^(S * scale * log2 e - LSE *
+ * log2 e) is one FFMA and one EX2 (a positive scale); the plain kernel
+ * passes `masked` as a constant, so tiles inside the visible band carry no
+ * comparisons. ALiBi runs in every general tile: a zero slope subtracts an
+ * exact zero. */
+template <typename T, int ROW_ATOMS, int COL_ATOMS, int TILE_ROW, bool GENERAL, bool SOFTCAP = false,
+          bool DROPOUT = false>
 static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_ATOMS][COL_ATOMS][4],
                                                          const float (&dp)[ROW_ATOMS][COL_ATOMS][4],
                                                          const float (&lse2)[2 * ROW_ATOMS],
@@ -36,33 +40,27 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
                                                          const flashc_fwd_params &p, flashc_tile_pos pos,
                                                          bool masked, float alibi_slope_log2, int batch,
                                                          int head, T *sP, T *sdS) {
-    const bool softcap = GENERAL && p.softcap_inv_scale != 0.0f;
-    const bool dropout = GENERAL && p.dropout_threshold != 0u;
+    static_assert(GENERAL || (!SOFTCAP && !DROPOUT), "softcap and dropout run in the general variant");
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i) {
-        /* The keep bits of both rows of each atom (one Philox call per
-         * four elements, fwd_dropout.cuh); all kept without dropout. */
-        bool keep4[COL_ATOMS][4];
-#pragma unroll
-        for (int j = 0; j < COL_ATOMS; ++j) {
-            if (dropout) {
-                flashc_dropout_keep4(p, batch, head, pos.row0 + 16 * i, pos.col0 + 8 * j, keep4[j]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) keep4[j][e] = true;
-            }
-        }
+        int lo[2], hi[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int r = 2 * i + half;
-            const int row = pos.row0 + 16 * i + 8 * half;
-            const int diag = row + pos.shift;
-            const int lo = p.window_left >= 0 ? diag - p.window_left : 0;
-            const int hi = p.window_right >= 0 ? min(diag + p.window_right + 1, pos.sk) : pos.sk;
+            const int diag = pos.row0 + 16 * i + 8 * half + pos.shift;
+            lo[half] = p.window_left >= 0 ? diag - p.window_left : 0;
+            hi[half] = p.window_right >= 0 ? min(diag + p.window_right + 1, pos.sk) : pos.sk;
+        }
 #pragma unroll
-            for (int j = 0; j < COL_ATOMS; ++j) {
-                const int col = pos.col0 + 8 * j;
-                const bool *keep = keep4[j] + 2 * half;
+        for (int j = 0; j < COL_ATOMS; ++j) {
+            const int col = pos.col0 + 8 * j;
+            /* the keep bits of both rows of this atom: one Philox call per
+             * four elements (fwd_dropout.cuh) */
+            bool keep4[4] = {true, true, true, true};
+            if (DROPOUT) flashc_dropout_keep4(p, batch, head, pos.row0 + 16 * i, col, keep4);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r = 2 * i + half;
+                const int row = pos.row0 + 16 * i + 8 * half;
                 float pd[2], ds[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
@@ -70,24 +68,24 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
                     float th = 0.0f, logit;
                     if (!GENERAL) {
                         logit = fmaf(x, p.scale_log2, -lse2[r]); /* LSE folded in */
-                    } else if (softcap) {
+                    } else if (SOFTCAP) {
                         th = tanhf(x * p.softcap_inv_scale);
                         logit = p.softcap_log2 * th;
                     } else {
                         logit = x * p.scale_log2;
                     }
-                    if (GENERAL && alibi_slope_log2 != 0.0f)
-                        logit -= alibi_slope_log2 * (float)abs(row + pos.shift - (col + e));
-                    if (masked && (col + e < lo || col + e >= hi)) logit = -INFINITY;
+                    if (GENERAL) logit -= alibi_slope_log2 * (float)abs(row + pos.shift - (col + e));
+                    if (masked && (col + e < lo[half] || col + e >= hi[half])) logit = -INFINITY;
                     const float prob = flashc_exp2(GENERAL ? logit - lse2[r] : logit);
                     float dpe = dp[i][j][2 * half + e];
                     pd[e] = prob;
-                    if (dropout) {
-                        pd[e] = keep[e] ? prob * p.dropout_rescale : 0.0f;
-                        dpe = keep[e] ? dpe * p.dropout_rescale : 0.0f;
+                    if (DROPOUT) {
+                        const bool kept = keep4[2 * half + e];
+                        pd[e] = kept ? prob * p.dropout_rescale : 0.0f;
+                        dpe = kept ? dpe * p.dropout_rescale : 0.0f;
                     }
                     ds[e] = prob * (dpe - dsum[r]);
-                    if (softcap) ds[e] *= 1.0f - th * th;
+                    if (SOFTCAP) ds[e] *= 1.0f - th * th;
                 }
                 const int at = (16 * i + 8 * half) * TILE_ROW + 8 * j;
                 *reinterpret_cast<uint32_t *>(sP + at) = flashc_pack2<T>(pd[0], pd[1]);

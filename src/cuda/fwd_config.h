@@ -14,8 +14,8 @@
  * overlap) rather than just before P V (fewer live registers: with 32-row
  * warps at head dim 96 / 128 the early load makes ptxas spill).
  *
- * Shared memory holds one Q, one K and one V tile, rows padded by 16 bytes
- * so ldmatrix reads hit 8 distinct bank groups. Register budget per thread
+ * Shared memory holds one Q, one K and one V tile (smem_tile.cuh: swizzled
+ * at head dims 64 / 128 / 256, rows padded by 16 bytes at 96 / 192). Register budget per thread
  * (float32 accumulators): O = rows/warp * HEAD_DIM / 32, S = rows/warp *
  * BLOCK_N / 32; check ptxas -v for spills after any change (src/cuda/README.md
  * lists the few bytes the plain 64 / 96 / 128 kernels spill today). */
@@ -42,7 +42,23 @@ struct flashc_fwd_config;
 FLASHC_FWD_CONFIGS(FLASHC_FWD_CONFIG_STRUCT)
 #undef FLASHC_FWD_CONFIG_STRUCT
 
-/* Shared memory row stride, in elements, of a tile with `head_dim` columns. */
+/* Row stride, in elements, of a shared-memory tile with `head_dim`
+ * columns padded by 16 bytes (ldmatrix without bank conflicts). */
 #define FLASHC_SMEM_ROW(head_dim) ((head_dim) + 8)
+
+/* The tiles the portable forward and backward copy in (smem_tile.cuh):
+ * swizzled, unpadded rows where a row of 16-bit elements is a power-of-two
+ * number of 128-byte lines (head dims 64, 128, 256: the backward's warp
+ * tiles split such a row into power-of-two chunk ranges, which the
+ * swizzled address steps need), else rows padded by 16 bytes; their row
+ * stride in bytes; and the slack each kernel's shared memory carries to
+ * start them on a 128-byte boundary. */
+#define FLASHC_TILE_SWIZZLED(head_dim) ((head_dim) >= 64 && ((head_dim) & ((head_dim) - 1)) == 0)
+#define FLASHC_TILE_ROW_BYTES(head_dim) \
+    (FLASHC_TILE_SWIZZLED(head_dim) ? 2 * (head_dim) : 2 * FLASHC_SMEM_ROW(head_dim))
+/* the same where a kernel may also ask for padded rows (swizzle = 0) */
+#define FLASHC_TILE_ROW_BYTES_IF(head_dim, swizzle) \
+    ((swizzle) ? FLASHC_TILE_ROW_BYTES(head_dim) : 2 * FLASHC_SMEM_ROW(head_dim))
+#define FLASHC_TILE_ALIGN 128
 
 #endif

@@ -36,15 +36,16 @@
 #include "fwd_softmax.cuh"
 #include "fwd_tile_io.cuh"
 #include "ptx.cuh"
+#include "smem_tile.cuh"
 
-/* Shared memory of one CTA: Q, K and V tiles. */
+/* Shared memory of one CTA: Q, K and V tiles (flashc_smem_tile). */
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N>
 constexpr int flashc_fwd_smem_bytes() {
-    return (BLOCK_M + 2 * BLOCK_N) * FLASHC_SMEM_ROW(HEAD_DIM) * (int)sizeof(T);
+    return (BLOCK_M + 2 * BLOCK_N) * FLASHC_TILE_ROW_BYTES(HEAD_DIM) + FLASHC_TILE_ALIGN;
 }
 
 /* Per-lane shared-memory addresses (bytes) of the ldmatrix operands; the
- * GEMMs add compile-time offsets to them. */
+ * GEMMs step from them by compile-time offsets (flashc_smem_tile). */
 struct flashc_fwd_lane_addrs {
     uint32_t q;  /* A operand: row lane % 16 of the warp's rows, column 8 * (lane / 16) */
     uint32_t k;  /* B of Q K^T: key (lane % 8) + 8 * (lane / 16), column 8 * ((lane / 8) % 2) */
@@ -55,10 +56,9 @@ struct flashc_fwd_lane_addrs {
  * head dim. Columns past the problem's head dim are zero-filled, so they
  * add nothing; running them keeps the loop free of branches, which lets
  * ptxas issue the next ldmatrix under the current mma. */
-template <typename T, int HEAD_DIM, int BLOCK_N, int ROW_ATOMS>
+template <typename T, int HEAD_DIM, int BLOCK_N, int ROW_ATOMS, class L = flashc_smem_tile<HEAD_DIM>>
 static __device__ __forceinline__ void flashc_gemm_qk(float (&acc)[ROW_ATOMS][BLOCK_N / 8][4],
                                                       const flashc_fwd_lane_addrs &addr) {
-    constexpr int ROW_BYTES = FLASHC_SMEM_ROW(HEAD_DIM) * (int)sizeof(T);
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i)
 #pragma unroll
@@ -70,11 +70,11 @@ static __device__ __forceinline__ void flashc_gemm_qk(float (&acc)[ROW_ATOMS][BL
         uint32_t a[ROW_ATOMS][4];
 #pragma unroll
         for (int i = 0; i < ROW_ATOMS; ++i)
-            flashc_ldmatrix_x4(a[i], addr.q + 16 * i * ROW_BYTES + ks * 32);
+            flashc_ldmatrix_x4(a[i], L::step(addr.q, 2 * ks) + 16 * i * L::ROW_BYTES);
 #pragma unroll
         for (int jp = 0; jp < BLOCK_N / 16; ++jp) {
             uint32_t b[4];
-            flashc_ldmatrix_x4(b, addr.k + 16 * jp * ROW_BYTES + ks * 32);
+            flashc_ldmatrix_x4(b, L::step(addr.k, 2 * ks) + 16 * jp * L::ROW_BYTES);
 #pragma unroll
             for (int i = 0; i < ROW_ATOMS; ++i) {
                 flashc_mma16816<T>(acc[i][2 * jp], a[i], b[0], b[1]);
@@ -102,17 +102,16 @@ static __device__ __forceinline__ void flashc_pack_p(uint32_t (&a)[ROW_ATOMS][CO
 
 /* O += P V with P already packed (flashc_pack_p); V is read transposed by
  * ldmatrix. Columns past head_dim_v are zero and never stored. */
-template <typename T, int HEAD_DIM, int BLOCK_N, int ROW_ATOMS>
+template <typename T, int HEAD_DIM, int BLOCK_N, int ROW_ATOMS, class L = flashc_smem_tile<HEAD_DIM>>
 static __device__ __forceinline__ void flashc_gemm_pv(float (&acc_o)[ROW_ATOMS][HEAD_DIM / 8][4],
                                                       const uint32_t (&a)[ROW_ATOMS][BLOCK_N / 16][4],
                                                       uint32_t v_addr) {
-    constexpr int ROW_BYTES = FLASHC_SMEM_ROW(HEAD_DIM) * (int)sizeof(T);
 #pragma unroll
     for (int ks = 0; ks < BLOCK_N / 16; ++ks) {
 #pragma unroll
         for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
             uint32_t b[4];
-            flashc_ldmatrix_x4_trans(b, v_addr + 16 * ks * ROW_BYTES + dp * 32);
+            flashc_ldmatrix_x4_trans(b, L::step(v_addr, 2 * dp) + 16 * ks * L::ROW_BYTES);
 #pragma unroll
             for (int i = 0; i < ROW_ATOMS; ++i) {
                 flashc_mma16816<T>(acc_o[i][2 * dp], a[i][ks], b[0], b[1]);
@@ -242,12 +241,13 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
     constexpr int COL_ATOMS = BLOCK_N / 8;
     constexpr int OUT_ATOMS = HEAD_DIM / 8;
     static_assert(ROWS_PER_WARP % 16 == 0, "each warp owns whole 16-row mma atoms");
-    constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM);
+    typedef flashc_smem_tile<HEAD_DIM> L;
 
-    extern __shared__ __align__(16) unsigned char smem[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char *smem = flashc_tile_base<L>(smem_raw);
     T *sQ = reinterpret_cast<T *>(smem);
-    T *sK = sQ + BLOCK_M * SD;
-    T *sV = sK + BLOCK_N * SD;
+    T *sK = reinterpret_cast<T *>(smem + BLOCK_M * L::ROW_BYTES);
+    T *sV = reinterpret_cast<T *>(smem + (BLOCK_M + BLOCK_N) * L::ROW_BYTES);
 
     flashc_fwd_row_block blk;
     if (!flashc_fwd_find_row_block<T, BLOCK_M, BLOCK_N, THREADS>(p, &blk)) return;
@@ -266,9 +266,9 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_row0 = warp * ROWS_PER_WARP;
     flashc_fwd_lane_addrs addr;
-    addr.q = flashc_smem_addr(sQ + (warp_row0 + lane % 16) * SD + (lane / 16) * 8);
-    addr.k = flashc_smem_addr(sK + ((lane % 8) + (lane / 16) * 8) * SD + ((lane / 8) % 2) * 8);
-    addr.v = flashc_smem_addr(sV + ((lane % 8) + ((lane / 8) % 2) * 8) * SD + (lane / 16) * 8);
+    addr.q = flashc_smem_addr(sQ) + L::offset(warp_row0 + lane % 16, lane / 16);
+    addr.k = flashc_smem_addr(sK) + L::offset((lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
+    addr.v = flashc_smem_addr(sV) + L::offset((lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
     flashc_tile_pos pos;
     pos.row0 = m0 + warp_row0 + lane / 4;
     pos.shift = shift;

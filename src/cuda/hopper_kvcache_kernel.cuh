@@ -94,13 +94,12 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
     const int box_rows = p.block_table && p.block_size < BLOCK_N ? p.block_size : BLOCK_N;
     const int pieces = BLOCK_N / box_rows;
 
-    /* Coordinates of step `step`'s boxes into ring step % 2, a thread per
-     * box: (cache row, block or cache batch); row -1 for a box whose first
-     * key is past the sequence (not loaded: its rows are stale and only
-     * reach masked scores and zeroed V rows). */
-    auto compute_coords = [&](int step) {
+    /* Coordinates of step `step`'s boxes, thread i's box i: (cache row,
+     * block or cache batch); row -1 for a box whose first key is past the
+     * sequence (not loaded: its rows are stale and only reach masked
+     * scores and zeroed V rows). */
+    auto fetch_coords = [&](int step) {
         const int i = threadIdx.x;
-        if (i >= pieces) return;
         const int key = order.block_of(step) * BLOCK_N + i * box_rows;
         int2 c = make_int2(-1, 0);
         if (key < seq.sk) {
@@ -108,8 +107,19 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
             flashc_kvc_find(p, b, seq, seq.k_start + key, &block, &row);
             c = make_int2(row, block);
         }
-        sCoords[(step & 1) * H::MAX_PIECES + i] = c;
+        return c;
     };
+    /* ... into ring step % 2 */
+    auto compute_coords = [&](int step) {
+        if ((int)threadIdx.x >= pieces) return;
+        sCoords[(step & 1) * H::MAX_PIECES + threadIdx.x] = fetch_coords(step);
+    };
+    /* The main loop reads each step's coordinates (a block-table load, a
+     * dependent global read) a step before it stores them into the ring:
+     * step i + STAGES's, held here through step i - 1. With blocks of 16
+     * rows (four table reads per step) this took 3-6 % off the decode time
+     * on the H200 (bench/NOTES.md). */
+    int2 pending = make_int2(-1, 0);
     /* Thread 0: step `step`'s boxes into stage `stage`, completing on its
      * mbarrier. */
     auto issue = [&](int step, int stage) {
@@ -151,6 +161,7 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
             if (threadIdx.x == 0 && s < steps) issue(s, s);
             if (s + 1 < steps) compute_coords(s + 1);
         }
+        if (STAGES < steps && (int)threadIdx.x < pieces) pending = fetch_coords(STAGES);
         flashc_cp_async_wait<0>(); /* Q; visible to all after the loop's first barrier */
 
         const uint32_t q_addr = flashc_smem_addr(sQ + (warp_m * 16 + lane % 16) * SD + (lane / 16) * 8);
@@ -174,7 +185,10 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
             }
             __syncthreads();
             if (threadIdx.x == 0 && i + STAGES - 1 < steps) issue(i + STAGES - 1, (i + STAGES - 1) % STAGES);
-            if (i + STAGES < steps) compute_coords(i + STAGES);
+            if ((int)threadIdx.x < pieces) {
+                if (i + STAGES < steps) sCoords[((i + STAGES) & 1) * H::MAX_PIECES + threadIdx.x] = pending;
+                if (i + STAGES + 1 < steps) pending = fetch_coords(i + STAGES + 1);
+            }
 
             /* S = Q K^T over this warp's keys. */
             float acc_s[1][COL_ATOMS][4];

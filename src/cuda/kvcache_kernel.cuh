@@ -35,6 +35,7 @@
 #include "kvcache_params.h"
 #include "kvcache_seq.cuh"
 #include "ptx.cuh"
+#include "smem_tile.cuh"
 
 /* What a thread knows of its two fragment rows (g and g + 8 of its warp's
  * 16): the query row, the visible keys [lo, hi), the ALiBi slope. */
@@ -252,6 +253,7 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
     constexpr int WARPS_M = C::WARPS_M, STAGES = C::STAGES, KEYS_PER_WARP = C::KEYS_PER_WARP;
     constexpr int COL_ATOMS = KEYS_PER_WARP / 8, OUT_ATOMS = HEAD_DIM / 8;
     constexpr int SD = C::SD, CHUNKS = HEAD_DIM / 8, ROW_STEP = THREADS / CHUNKS;
+    typedef flashc_smem_plain<SD * (int)sizeof(T)> LKV; /* K / V / Q rows padded by 16 bytes */
 
     extern __shared__ __align__(16) unsigned char smem[];
     T *sQ = reinterpret_cast<T *>(smem);
@@ -356,13 +358,13 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2) flashc_kvc_kernel(const
             addr.k = stage + k_lane;
             addr.v = stage + V_BYTES + v_lane;
             float acc_s[1][COL_ATOMS][4];
-            flashc_gemm_qk<T, HEAD_DIM, KEYS_PER_WARP, 1>(acc_s, addr);
+            flashc_gemm_qk<T, HEAD_DIM, KEYS_PER_WARP, 1, LKV>(acc_s, addr);
             flashc_kvc_scores(acc_s, p, frag_rows, n_block * BLOCK_N + warp_n * KEYS_PER_WARP + 2 * (lane % 4),
                               shift);
             flashc_softmax_update(st, acc_s, acc_o, 1.0f);
             uint32_t p_frag[1][COL_ATOMS / 2][4];
             flashc_pack_p<T>(p_frag, acc_s);
-            flashc_gemm_pv<T, HEAD_DIM, KEYS_PER_WARP, 1>(acc_o, p_frag, addr.v);
+            flashc_gemm_pv<T, HEAD_DIM, KEYS_PER_WARP, 1, LKV>(acc_o, p_frag, addr.v);
         }
         flashc_cp_async_wait<0>();
         __syncthreads(); /* the stages become the epilogue's buffers */
