@@ -229,7 +229,7 @@ step_sanitize() {
             90 --tool racecheck --racecheck-report analysis "$B/tests/test_cuda_kvcache"
     done
     run_sanitizer "memcheck flashc run (small, varlen, dropout)" 60 --tool memcheck \
-        "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen --no-causal \
+        "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen \
         --dropout 0.1 --forward-only --quiet
     run_sanitizer "memcheck flashc run with backward (small, varlen, GQA, dropout, softcap)" 60 --tool memcheck \
         "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 96 --varlen \
