@@ -26,6 +26,8 @@
 
 #include <math.h>
 
+#include <type_traits>
+
 #include "../core/semantics.h"
 #include "bwd_config.h"
 #include "bwd_gemm.cuh"
@@ -244,19 +246,22 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 if (GENERAL) {
                     /* one copy of the score code per softcap / dropout combination, picked per tile */
                     const float slope = flashc_alibi_slope_log2(p.fwd, batch, head);
+                    auto scores = [&](auto softcap, auto dropout) {
+                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, decltype(softcap)::value,
+                                          decltype(dropout)::value>(acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked,
+                                                                    slope, batch, head, sP + at, sdS + at);
+                    };
+                    constexpr std::true_type on{};
+                    constexpr std::false_type off{};
                     const bool softcap = p.fwd.softcap_inv_scale != 0.0f, dropout = p.fwd.dropout_threshold != 0u;
                     if (softcap && dropout)
-                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, true, true>(
-                            acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, slope, batch, head, sP + at, sdS + at);
+                        scores(on, on);
                     else if (softcap)
-                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, true, false>(
-                            acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, slope, batch, head, sP + at, sdS + at);
+                        scores(on, off);
                     else if (dropout)
-                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, false, true>(
-                            acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, slope, batch, head, sP + at, sdS + at);
+                        scores(off, on);
                     else
-                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, false, false>(
-                            acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked, slope, batch, head, sP + at, sdS + at);
+                        scores(off, off);
                 } else if (masked) /* plain: the mask test compiled only into tiles that need it */
                     flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, false>(acc_s, acc_dp, lse2, dsum, p.fwd, pos,
                                                                               true, 0.0f, batch, head, sP + at,
