@@ -70,11 +70,11 @@ static __device__ __forceinline__ void flashc_gemm_qk(float (&acc)[ROW_ATOMS][BL
         uint32_t a[ROW_ATOMS][4];
 #pragma unroll
         for (int i = 0; i < ROW_ATOMS; ++i)
-            flashc_ldmatrix_x4(a[i], L::step(addr.q, 2 * ks) + 16 * i * L::ROW_BYTES);
+            flashc_ldmatrix_x4(a[i], L::at(addr.q, 2 * ks, 16 * i));
 #pragma unroll
         for (int jp = 0; jp < BLOCK_N / 16; ++jp) {
             uint32_t b[4];
-            flashc_ldmatrix_x4(b, L::step(addr.k, 2 * ks) + 16 * jp * L::ROW_BYTES);
+            flashc_ldmatrix_x4(b, L::at(addr.k, 2 * ks, 16 * jp));
 #pragma unroll
             for (int i = 0; i < ROW_ATOMS; ++i) {
                 flashc_mma16816<T>(acc[i][2 * jp], a[i], b[0], b[1]);
@@ -111,7 +111,7 @@ static __device__ __forceinline__ void flashc_gemm_pv(float (&acc_o)[ROW_ATOMS][
 #pragma unroll
         for (int dp = 0; dp < HEAD_DIM / 16; ++dp) {
             uint32_t b[4];
-            flashc_ldmatrix_x4_trans(b, L::step(v_addr, 2 * dp) + 16 * ks * L::ROW_BYTES);
+            flashc_ldmatrix_x4_trans(b, L::at(v_addr, 2 * dp, 16 * ks));
 #pragma unroll
             for (int i = 0; i < ROW_ATOMS; ++i) {
                 flashc_mma16816<T>(acc_o[i][2 * dp], a[i][ks], b[0], b[1]);

@@ -15,12 +15,12 @@
  * them into power-of-two chunk ranges, which the steps below need.
  *
  * Lane addresses: a GEMM forms each lane's ldmatrix address once, for its
- * row and its logical chunk (offset), and steps along the row by chunk
- * counts known at compile time once the GEMM loops are unrolled (step,
- * at). In a swizzled tile a step of C chunks is an XOR of address bits 4-6
- * plus an add: exact when the tile starts on a 128-byte boundary and the
- * lane's logical chunk has no bit in common with C (then chunk + C ==
- * chunk ^ C). The GEMMs' lane chunks are one low bit plus warp offsets
+ * row and its logical chunk (offset), and steps from it by chunks along
+ * the row and by whole rows, counts known at compile time once the GEMM
+ * loops are unrolled (at). In a swizzled tile a step of C chunks is an XOR
+ * of address bits 4-6 plus an add: exact when the tile starts on a
+ * 128-byte boundary and the lane's logical chunk has no bit in common
+ * with C (then chunk + C == chunk ^ C). The GEMMs' lane chunks are one low bit plus warp offsets
  * above the largest step, so that holds. Steps of whole rows keep r % 8:
  * plain adds of multiples of 8 rows. */
 #ifndef FLASHC_CUDA_SMEM_TILE_CUH
@@ -41,9 +41,6 @@ struct flashc_smem_plain {
     static __device__ __forceinline__ uint32_t offset(int row, int chunk) {
         return (uint32_t)(row * ROW_BYTES + chunk * 16);
     }
-    static __device__ __forceinline__ uint32_t step(uint32_t addr, int chunks) {
-        return addr + chunks * 16;
-    }
     static __device__ __forceinline__ uint32_t at(uint32_t addr, int chunks, int rows) {
         return addr + (chunks * 16 + rows * ROW_BYTES); /* one immediate */
     }
@@ -56,11 +53,8 @@ struct flashc_smem_swizzled {
     static __device__ __forceinline__ uint32_t offset(int row, int chunk) {
         return (uint32_t)(row * ROW_BYTES + ((chunk & ~7) | ((chunk ^ row) & 7)) * 16);
     }
-    static __device__ __forceinline__ uint32_t step(uint32_t addr, int chunks) {
-        return (addr ^ (uint32_t)((chunks & 7) * 16)) + (uint32_t)((chunks & ~7) * 16);
-    }
     static __device__ __forceinline__ uint32_t at(uint32_t addr, int chunks, int rows) {
-        return step(addr, chunks) + rows * ROW_BYTES;
+        return (addr ^ (uint32_t)((chunks & 7) * 16)) + (uint32_t)((chunks & ~7) * 16) + rows * ROW_BYTES;
     }
 };
 
@@ -77,10 +71,10 @@ template <int ROW_BYTES>
 struct flashc_smem_is_swizzled<flashc_smem_swizzled<ROW_BYTES>> : std::true_type {};
 
 /* Where the kernel's tiles start. Dynamic shared memory is promised
- * 16-byte alignment only, and the swizzle acts on address bits, so kernels
- * with swizzled tiles ask for FLASHC_TILE_ALIGN bytes more (fwd_config.h)
- * and start at the first 128-byte boundary; padded tiles start at the
- * base itself, which keeps their addresses compile-time constants (a
+ * 16-byte alignment only, and the swizzle acts on address bits, so the
+ * kernels ask for FLASHC_TILE_ALIGN bytes more (fwd_config.h) and swizzled
+ * tiles start at the first 128-byte boundary; padded ones (which need no
+ * alignment and leave the slack unused) start at the base itself, which keeps their addresses compile-time constants (a
  * run-time base cost the d64 backward 24 bytes more of spills). */
 template <class L>
 static __device__ __forceinline__ unsigned char *flashc_tile_base(unsigned char *smem) {
