@@ -35,7 +35,7 @@ typedef struct fc_bwd_scratch {
 #define FC_BWD_SIZES(p)                                                                       \
     int64_t dv = (p)->head_dim_v, dp = fc_round_vl((p)->head_dim), dvp = fc_round_vl(dv);     \
     int64_t dmax = dp > dvp ? dp : dvp, bm, bn;                                               \
-    fc_tile_extents(p, &bm, &bn)
+    fc_tile_extents(p, 1, &bm, &bn)
 
 FC_DEFINE_SCRATCH(fc_bwd_scratch, fc_bwd, FC_BWD_FIELDS, FC_BWD_SIZES)
 
@@ -66,10 +66,10 @@ static void fc_bwd_transpose_tiles(const flashc_problem *p, const flashc_cpu_bwd
         fc_set_row_tile(&t, r0);
         int64_t tile_row = flashc_cpu_bwd_query_row(p, b) + r0;
         fc_pack_rows_transposed(fc_ws_region(p, L->qt_offset) + (h * L->query_rows + tile_row) * d,
-                                &p->q, b, seq.q_start + r0, t.rows, t.rows_pad, h, d, qscale,
+                                &p->q, b, seq.q_start + r0, t.rows, t.rows_pad, h, 1, d, qscale,
                                 s->row_a);
         fc_pack_rows_transposed(fc_ws_region(p, L->dot_offset) + (h * L->query_rows + tile_row) * dv,
-                                &p->dout, b, seq.q_start + r0, t.rows, t.rows_pad, h, dv, 1,
+                                &p->dout, b, seq.q_start + r0, t.rows, t.rows_pad, h, 1, dv, 1,
                                 s->row_a);
     }
 }
@@ -241,7 +241,7 @@ static void fc_bwd_task(const flashc_problem *p, const flashc_cpu_bwd_layout *L,
     }
 
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-        fc_tile_ctx t = fc_make_ctx(p, b, h, &seq, 0);
+        fc_tile_ctx t = fc_make_ctx(p, b, h, 1, &seq, 0);
         for (int64_t rb = 0; rb < row_tiles; ++rb) {
             fc_set_row_tile(&t, rb * FC_BM);
             int64_t kb0, kb1;

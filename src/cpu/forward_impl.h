@@ -15,19 +15,34 @@
 #include "core/error.h"
 
 typedef struct fc_fwd_scratch {
-    real *Qt, *K, *V, *S, *O, *m, *l, *alpha, *row_tmp;
+    real *Qt, *Qr, *K, *V, *S, *O, *m, *l, *alpha, *row_tmp;
 } fc_fwd_scratch;
 
 /* Regions of the forward's per-thread scratch, sized by the problem's
  * largest tile (bm rows, bn columns: fc_tile_extents). */
 #define FC_FWD_FIELDS(X)                                                                      \
-    X(Qt, d *FC_BM) X(K, bn *d) X(V, bn *dvp) X(S, bn *FC_BM) X(O, bm *dvp) X(m, FC_BM)       \
+    X(Qt, d *FC_BM) X(Qr, bm *d) X(K, bn *d) X(V, bn *dvp) X(S, bn *FC_BM) X(O, bm *dvp) X(m, FC_BM)       \
     X(l, FC_BM) X(alpha, FC_BM) X(row_tmp, dmax)
+
+/* Query heads of a kv head's group packed into each row tile
+ * (fc_tile_ctx): the most that divide the group and fit the longest
+ * sequence's rows of all of them in one tile, so a decoding step (a few
+ * queries per sequence) reads each key and value tile once per group, with
+ * the row lanes filled. Dropout and S_dmask address their rows by one head
+ * and stay unpacked; so do sequences too long for two heads in a tile,
+ * which fill their tiles alone. */
+static int64_t fc_fwd_packed_heads(const flashc_problem *p) {
+    int64_t group = p->nheads / p->nheads_k, sq = p->seqlen_q > 0 ? p->seqlen_q : 1;
+    if (group <= 1 || p->dropout_p > 0 || p->s_dmask.data) return 1;
+    for (int64_t heads = group; heads > 1; --heads)
+        if (group % heads == 0 && heads * sq <= FC_BM) return heads;
+    return 1;
+}
 
 #define FC_FWD_SIZES(p)                                                                       \
     int64_t d = (p)->head_dim, dvp = fc_round_vl((p)->head_dim_v), dmax = d > dvp ? d : dvp;  \
     int64_t bm, bn;                                                                           \
-    fc_tile_extents(p, &bm, &bn)
+    fc_tile_extents(p, fc_fwd_packed_heads(p), &bm, &bn)
 
 FC_DEFINE_SCRATCH(fc_fwd_scratch, fc_fwd, FC_FWD_FIELDS, FC_FWD_SIZES)
 
@@ -37,17 +52,20 @@ static inline real fc_query_scale(const flashc_problem *p) {
     return p->softcap > 0 ? (real)(p->scale / p->softcap) : (real)(p->scale * FC_LOG2E);
 }
 
-static fc_tile_ctx fc_make_ctx(const flashc_problem *p, int64_t b, int64_t h,
+/* The tile context of rows from r0 on of heads h .. h + heads - 1. */
+static fc_tile_ctx fc_make_ctx(const flashc_problem *p, int64_t b, int64_t h, int64_t heads,
                                const flashc_seq_info *seq, int64_t r0) {
     fc_tile_ctx t;
     t.b = b;
     t.h = h;
+    t.heads = heads;
     t.sq = seq->sq;
     t.sk = seq->sk;
     fc_set_row_tile(&t, r0);
     t.c0 = t.cols = t.cols_pad = 0;
     t.softcap_log2 = p->softcap > 0 ? (real)(p->softcap * FC_LOG2E) : 0;
-    t.alibi_slope = flashc_problem_alibi_slope(p, b, h);
+    t.alibi = p->alibi_slopes ? p->alibi_slopes + b * p->alibi_batch_stride + h * p->alibi_head_stride : NULL;
+    t.alibi_step = p->alibi_head_stride;
     return t;
 }
 
@@ -56,8 +74,8 @@ static void fc_visible_key_tiles(const flashc_problem *p, const fc_tile_ctx *t, 
                                  int64_t *kb1) {
     int64_t lo_first, hi_first, lo_last, hi_last;
     flashc_visible_cols(t->r0, t->sq, t->sk, p->window_left, p->window_right, &lo_first, &hi_first);
-    flashc_visible_cols(t->r0 + t->rows - 1, t->sq, t->sk, p->window_left, p->window_right, &lo_last,
-                        &hi_last);
+    flashc_visible_cols(fc_tile_pos(t, t->rows - 1), t->sq, t->sk, p->window_left, p->window_right,
+                        &lo_last, &hi_last);
     if (hi_last <= lo_first) {
         *kb0 = *kb1 = 0;
         return;
@@ -66,13 +84,33 @@ static void fc_visible_key_tiles(const flashc_problem *p, const fc_tile_ctx *t, 
     *kb1 = (hi_last + FC_BN - 1) / FC_BN;
 }
 
-/* Logits (log2 units, masked) of key tile t->c0 against the packed queries. */
+/* Whether a row tile's products run row by row (fc_dots, fc_rows_times_panel)
+ * rather than over whole vectors of rows (fc_gemm): when its few rows would
+ * leave most of fc_gemm's row lanes padding. Counted in vector FMAs per key:
+ * fc_gemm's logits d * rows_pad / VL, the dots' rows * (d / VL + the
+ * horizontal sum, about log2(VL) + 1); the P V product costs rows instead of
+ * rows_pad row vectors, never more. */
+static int fc_fwd_rows_as_dots(const fc_tile_ctx *t, int64_t d) {
+    int64_t hsum = 1;
+    for (int l = VL; l > 1; l >>= 1) ++hsum;
+    return t->rows * ((d + VL - 1) / VL + hsum) < d * t->rows_pad / VL;
+}
+
+/* Logits (log2 units, masked) of key tile t->c0 against the packed queries
+ * (in s->Qr as rows, too, where the tile's products run row by row). */
 static void fc_fwd_logit_tile(const flashc_problem *p, const fc_tile_ctx *t, int64_t hk,
                               const flashc_seq_info *seq, fc_fwd_scratch *s) {
     int64_t d = p->head_dim;
     fc_panel k = fc_key_panel(s->K, d, t->cols_pad, p, &p->k, t->b, seq, t->c0, t->cols, hk, d, 0);
-    fc_gemm((int)t->cols_pad, (int)t->rows_pad, (int)d, k.data, k.ld, 1, s->Qt, FC_BM, s->S, FC_BM,
-            0);
+    if (fc_fwd_rows_as_dots(t, d)) {
+        /* the padding rows and columns are masked below */
+        fc_dots((int)t->rows, (int)t->cols, (int)d, s->Qr, d, k.data, k.ld, s->S, FC_BM);
+        for (int64_t j = 0; j < t->cols_pad; ++j)
+            for (int64_t i = j < t->cols ? t->rows : 0; i < t->rows_pad; ++i) s->S[j * FC_BM + i] = 0;
+    } else {
+        fc_gemm((int)t->cols_pad, (int)t->rows_pad, (int)d, k.data, k.ld, 1, s->Qt, FC_BM, s->S,
+                FC_BM, 0);
+    }
     fc_tile_logits(s->S, NULL, t);
     if (!fc_tile_fully_visible(p, t)) fc_tile_mask(s->S, p, t);
 }
@@ -119,17 +157,22 @@ static void fc_fwd_write_sdmask(const flashc_problem *p, fc_tile_ctx t, int64_t 
     }
 }
 
-static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64_t rb,
+/* Row tile rb of heads h .. h + heads - 1 of sequence b (rows: fc_tile_ctx). */
+static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64_t heads, int64_t rb,
                             fc_fwd_scratch *s) {
     flashc_seq_info seq = flashc_problem_seq(p, b);
-    int64_t r0 = rb * FC_BM;
+    int64_t r0 = rb * (FC_BM / heads);
     if (r0 >= seq.sq) return;
     int64_t d = p->head_dim, dv = p->head_dim_v, dvp = fc_round_vl(dv);
     int64_t hk = h / (p->nheads / p->nheads_k);
-    fc_tile_ctx t = fc_make_ctx(p, b, h, &seq, r0);
+    fc_tile_ctx t = fc_make_ctx(p, b, h, heads, &seq, r0);
 
-    fc_pack_rows_transposed(s->Qt, &p->q, b, seq.q_start + r0, t.rows, t.rows_pad, h, d,
+    fc_pack_rows_transposed(s->Qt, &p->q, b, seq.q_start + r0, t.rows, t.rows_pad, h, heads, d,
                             fc_query_scale(p), s->row_tmp);
+    const int dots = fc_fwd_rows_as_dots(&t, d);
+    if (dots)
+        for (int64_t i = 0; i < t.rows; ++i)
+            for (int64_t x = 0; x < d; ++x) s->Qr[i * d + x] = s->Qt[x * FC_BM + i];
     for (int i = 0; i < t.rows_pad; ++i) {
         s->m[i] = -(real)INFINITY;
         s->l[i] = 0;
@@ -141,6 +184,11 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
     const vr neg_inf = vsplat(-(real)INFINITY);
     for (int64_t kb = kb0; kb < kb1; ++kb) {
         fc_set_key_tile(&t, kb);
+        if (kb + 1 < kb1 && t.rows_pad <= FC_BM / 2) {
+            int64_t next = (kb + 1) * FC_BN, cols = t.sk - next < FC_BN ? t.sk - next : FC_BN;
+            fc_prefetch_keys(p, &p->k, b, &seq, next, cols, hk, d);
+            fc_prefetch_keys(p, &p->v, b, &seq, next, cols, hk, dv);
+        }
         fc_fwd_logit_tile(p, &t, hk, &seq, s);
         fc_panel v = fc_key_panel(s->V, dvp, t.cols_pad, p, &p->v, b, &seq, t.c0, t.cols, hk, dv, 1);
 
@@ -171,15 +219,19 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
                 for (int64_t x = 0; x < dvp; ++x) o[x] *= a;
             }
         }
-        fc_gemm((int)t.rows_pad, (int)dvp, (int)t.cols_pad, s->S, 1, FC_BM, v.data, v.ld, s->O, dvp,
-                1);
+        if (dots)
+            fc_rows_times_panel((int)t.rows, (int)dvp, (int)t.cols_pad, s->S, 1, FC_BM, v.data, v.ld,
+                                s->O, dvp);
+        else
+            fc_gemm((int)t.rows_pad, (int)dvp, (int)t.cols_pad, s->S, 1, FC_BM, v.data, v.ld, s->O,
+                    dvp, 1);
     }
 
     real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));
     for (int64_t i = 0; i < t.rows; ++i) {
-        int64_t row = seq.q_start + r0 + i;
+        int64_t row = seq.q_start + r0 + i / heads, head = h + i % heads;
         char *o = (char *)p->out.data +
-                  fc_seq_offset(&p->out, b, row, h) * (int64_t)flashc_dtype_size(p->out.dtype);
+                  fc_seq_offset(&p->out, b, row, head) * (int64_t)flashc_dtype_size(p->out.dtype);
         real lse;
         if (s->l[i] > 0) {
             fc_store_row(o, p->out.dtype, s->O + i * dvp, dv, keep_scale / s->l[i]);
@@ -190,7 +242,7 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
             lse = (real)INFINITY;
         }
         if (p->lse.data)
-            fc_store_one(p->lse.data, p->lse.dtype, fc_row_offset(&p->lse, b, row, h), lse);
+            fc_store_one(p->lse.data, p->lse.dtype, fc_row_offset(&p->lse, b, row, head), lse);
     }
     if (p->s_dmask.data) fc_fwd_write_sdmask(p, t, hk, &seq, s, kb0, kb1);
 }
@@ -244,15 +296,16 @@ static inline int fc_parallel_region(int nt) { return nt > 1 || omp_in_parallel(
 /* One thread's part of the forward. */
 static void fc_forward_thread(const flashc_problem *p, char *scratch, size_t per_thread) {
     fc_fwd_scratch s = fc_fwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread, p);
-    int64_t nrb = (p->seqlen_q + FC_BM - 1) / FC_BM;
-    int64_t ntasks = p->batch * p->nheads * nrb;
+    int64_t heads = fc_fwd_packed_heads(p), positions = FC_BM / heads, tiles_h = p->nheads / heads;
+    int64_t nrb = (p->seqlen_q + positions - 1) / positions;
+    int64_t ntasks = p->batch * tiles_h * nrb;
     /* Later row tiles see more keys under a causal mask: start them first. */
     #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
-        int64_t b = task / (p->nheads * nrb);
-        int64_t h = (task / nrb) % p->nheads;
+        int64_t b = task / (tiles_h * nrb);
+        int64_t h = (task / nrb) % tiles_h * heads;
         int64_t rb = nrb - 1 - task % nrb;
-        fc_forward_tile(p, b, h, rb, &s);
+        fc_forward_tile(p, b, h, heads, rb, &s);
     }
     fc_forward_fill_uncovered(p);
 }

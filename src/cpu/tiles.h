@@ -152,15 +152,36 @@ static fc_panel fc_key_panel(real *dst, int64_t ld_packed, int64_t rows_pad, con
     return panel;
 }
 
+/* Ask for keys j0 .. j0 + rows - 1 of sequence b (head h, n elements of
+ * each) of k or v to be brought into the cache. A head's key rows lie a
+ * whole row of every head apart, too far for the hardware prefetchers to
+ * follow, and the product of a tile of few rows (a decoding step's) is
+ * too short to hide their misses: the forward prefetches the next tile's
+ * rows while it computes on the current one (into L2: a tile of keys and
+ * values can outgrow L1). */
+static void fc_prefetch_keys(const flashc_problem *p, const flashc_seq_tensor *t, int64_t b,
+                             const flashc_seq_info *seq, int64_t j0, int64_t rows, int64_t h,
+                             int64_t n) {
+    int64_t bytes = n * (int64_t)flashc_dtype_size(t->dtype);
+    for (int64_t i = 0; i < rows; ++i) {
+        int64_t offset = flashc_problem_key_offset(p, t, b, seq->k_batch, seq->k_start + j0 + i) +
+                         h * t->head_stride;
+        const char *row = fc_elem(t->data, t->dtype, offset);
+        for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(row + x, 0, 2);
+    }
+}
+
 /* The same rows transposed: dst[x * FC_BM + i], x < n, i < rows_pad (rows
- * beyond `rows` zero). */
+ * beyond `rows` zero). With heads > 1 the rows are `heads` query heads
+ * packed per row position: row i is row row0 + i / heads of head
+ * h + i % heads (fc_tile_ctx). */
 static void fc_pack_rows_transposed(real *dst, const flashc_seq_tensor *t, int64_t b, int64_t row0,
-                                    int64_t rows, int64_t rows_pad, int64_t h, int64_t n, real scale,
-                                    real *row_tmp) {
+                                    int64_t rows, int64_t rows_pad, int64_t h, int64_t heads, int64_t n,
+                                    real scale, real *row_tmp) {
     for (int64_t i = 0; i < rows_pad; ++i) {
         if (i < rows) {
-            fc_load_row(row_tmp, fc_elem(t->data, t->dtype, fc_seq_offset(t, b, row0 + i, h)),
-                        t->dtype, n, scale);
+            int64_t offset = fc_seq_offset(t, b, row0 + i / heads, h + i % heads);
+            fc_load_row(row_tmp, fc_elem(t->data, t->dtype, offset), t->dtype, n, scale);
             for (int64_t x = 0; x < n; ++x) dst[x * FC_BM + i] = row_tmp[x];
         } else {
             for (int64_t x = 0; x < n; ++x) dst[x * FC_BM + i] = 0;
@@ -169,21 +190,36 @@ static void fc_pack_rows_transposed(real *dst, const flashc_seq_tensor *t, int64
 }
 
 /* The facts about one (row tile, key tile) pair a kernel needs; set by
- * fc_set_row_tile and fc_set_key_tile. */
+ * fc_set_row_tile and fc_set_key_tile. A tile's rows are `heads` query
+ * heads (h, h + 1, ..., of one kv head's group) at each of its row
+ * positions: row i is position r0 + i / heads of head h + i % heads. The
+ * forward packs a group's heads so when its sequences are short (decoding:
+ * one or a few queries against a long cache), so that the keys and values
+ * are read, converted and multiplied once per group and the vector lanes
+ * over the rows are filled; everything else runs one head per tile
+ * (heads 1; 0 reads as 1). */
 typedef struct fc_tile_ctx {
-    int64_t b, h;              /* batch (sequence) and query head */
+    int64_t b, h;              /* batch (sequence) and (first) query head */
+    int64_t heads;             /* query heads per row position */
     int64_t sq, sk;            /* sequence lengths */
-    int64_t r0, rows;          /* first row of the tile, valid rows */
+    int64_t r0, rows;          /* first row position of the tile, valid rows */
     int64_t c0, cols;          /* first column of the tile, valid columns */
     int64_t rows_pad, cols_pad; /* rows and columns computed (see FC_ROW_STEP) */
     real softcap_log2;         /* softcap * log2(e), 0 = off */
-    float alibi_slope;         /* 0 = off */
+    const float *alibi;        /* head h's ALiBi slope (NULL = off); head h + k's at alibi[k * alibi_step] */
+    int64_t alibi_step;
 } fc_tile_ctx;
 
-/* Row tile starting at row r0 of the sequence (r0 < t->sq). */
+static inline int64_t fc_tile_heads(const fc_tile_ctx *t) { return t->heads > 1 ? t->heads : 1; }
+
+/* Row position (query row of the sequence) of tile row i. */
+static inline int64_t fc_tile_pos(const fc_tile_ctx *t, int64_t i) { return t->r0 + i / fc_tile_heads(t); }
+
+/* Row tile starting at row position r0 of the sequence (r0 < t->sq). */
 static inline void fc_set_row_tile(fc_tile_ctx *t, int64_t r0) {
+    int64_t heads = fc_tile_heads(t), positions = FC_BM / heads;
     t->r0 = r0;
-    t->rows = t->sq - r0 < FC_BM ? t->sq - r0 : FC_BM;
+    t->rows = (t->sq - r0 < positions ? t->sq - r0 : positions) * heads;
     t->rows_pad = (t->rows + FC_ROW_STEP - 1) / FC_ROW_STEP * FC_ROW_STEP;
 }
 
@@ -194,10 +230,13 @@ static inline void fc_set_key_tile(fc_tile_ctx *t, int64_t kb) {
     t->cols_pad = (t->cols + MR - 1) / MR * MR;
 }
 
-/* The largest rows_pad and cols_pad of any tile of problem p (one step at
- * least): the extents its per-thread tile scratch is sized by. */
-static inline void fc_tile_extents(const flashc_problem *p, int64_t *rows_pad, int64_t *cols_pad) {
-    fc_tile_ctx t = {.sq = p->seqlen_q > 0 ? p->seqlen_q : 1,
+/* The largest rows_pad and cols_pad of any tile of problem p with `heads`
+ * query heads per row position (one step at least): the extents its
+ * per-thread tile scratch is sized by. */
+static inline void fc_tile_extents(const flashc_problem *p, int64_t heads, int64_t *rows_pad,
+                                   int64_t *cols_pad) {
+    fc_tile_ctx t = {.heads = heads,
+                     .sq = p->seqlen_q > 0 ? p->seqlen_q : 1,
                      .sk = p->seqlen_k > 0 ? p->seqlen_k : 1};
     fc_set_row_tile(&t, 0);
     fc_set_key_tile(&t, 0);
@@ -217,18 +256,21 @@ static void fc_tile_logits(real *S, real *tanh_out, const fc_tile_ctx *t) {
                 vstore(S + j * FC_BM + i, th * t->softcap_log2);
             }
     }
-    if (t->alibi_slope != 0.0f) {
-        for (int64_t j = 0; j < t->cols; ++j)
-            for (int64_t i = 0; i < t->rows; ++i) {
+    if (t->alibi) {
+        for (int64_t i = 0; i < t->rows; ++i) {
+            float slope = t->alibi[(i % fc_tile_heads(t)) * t->alibi_step];
+            if (slope == 0.0f) continue;
+            int64_t row = fc_tile_pos(t, i);
+            for (int64_t j = 0; j < t->cols; ++j) {
 #if FLASHC_CPU_REAL_DOUBLE
                 /* The bias alone, in double: the logit rule with a zero product. */
-                real bias = (real)flashc_logit(0.0, 1.0, 0.0, t->alibi_slope, t->r0 + i, t->c0 + j,
-                                               t->sq, t->sk);
+                real bias = (real)flashc_logit(0.0, 1.0, 0.0, slope, row, t->c0 + j, t->sq, t->sk);
 #else
-                real bias = flashc_alibi_bias(t->alibi_slope, t->r0 + i, t->c0 + j, t->sq, t->sk);
+                real bias = flashc_alibi_bias(slope, row, t->c0 + j, t->sq, t->sk);
 #endif
                 S[j * FC_BM + i] += (real)FC_LOG2E * bias;
             }
+        }
     }
 }
 
@@ -239,8 +281,8 @@ static inline int fc_tile_fully_visible(const flashc_problem *p, const fc_tile_c
     if (t->rows != t->rows_pad || t->cols != t->cols_pad) return 0;
     int64_t lo_first, hi_first, lo_last, hi_last;
     flashc_visible_cols(t->r0, t->sq, t->sk, p->window_left, p->window_right, &lo_first, &hi_first);
-    flashc_visible_cols(t->r0 + t->rows - 1, t->sq, t->sk, p->window_left, p->window_right, &lo_last,
-                        &hi_last);
+    flashc_visible_cols(fc_tile_pos(t, t->rows - 1), t->sq, t->sk, p->window_left, p->window_right,
+                        &lo_last, &hi_last);
     return lo_last <= t->c0 && hi_first >= t->c0 + t->cols;
 }
 
@@ -255,7 +297,7 @@ static void fc_tile_mask(real *S, const flashc_problem *p, const fc_tile_ctx *t)
     for (int64_t i = 0; i < t->rows_pad; ++i) {
         int64_t l = 0, h = 0;
         if (i < t->rows) {
-            flashc_visible_cols(t->r0 + i, t->sq, t->sk, p->window_left, p->window_right, &l, &h);
+            flashc_visible_cols(fc_tile_pos(t, i), t->sq, t->sk, p->window_left, p->window_right, &l, &h);
             l -= t->c0;
             h -= t->c0;
             if (l < 0) l = 0;
@@ -278,7 +320,8 @@ static void fc_tile_mask(real *S, const flashc_problem *p, const fc_tile_ctx *t)
  * non-NULL `second`, scale kept entries of a second tile by `keep_scale`
  * and zero its dropped ones as well. One Philox instance per SIMD lane
  * (a lane per query row), counters from flashc_dropout_counter; the word of
- * column c is component c & 3, as flashc_dropout_word_for_col picks it. */
+ * column c is component c & 3, as flashc_dropout_word_for_col picks it.
+ * One head per tile (the forward packs no heads under dropout). */
 static void fc_tile_dropout(const flashc_problem *p, const fc_tile_ctx *t, real *P, real *second,
                             real keep_scale) {
     for (int64_t i0 = 0; i0 < t->rows; i0 += VL) {

@@ -108,6 +108,37 @@ def test_gqa_mqa(device, h, hk, causal, dtype):
                      device=device))
 
 
+# Short queries against longer keys with a group of query heads per kv head:
+# the CPU forward packs the group's heads into one row tile when heads x sq
+# fit in it (decoding), so row positions, heads, masks and ALiBi slopes are
+# taken per packed row. Group sizes that divide 64 and ones that do not;
+# sq just under and over what packs the whole group.
+PACKED_FEATURES = {
+    "plain": dict(),
+    "causal": dict(causal=True),
+    "window": dict(window=(6, 2)),
+    "causal_window": dict(causal=True, window=(9, -1)),
+    "alibi_bh": dict(alibi="bh", causal=True),
+    "softcap": dict(softcap=2.0, q_scale=2.0),
+}
+
+
+@pytest.mark.parametrize("h,hk", [(8, 1), (6, 2), (12, 2), (32, 8), (16, 1)])
+@pytest.mark.parametrize("sq", [1, 3, 9, 21])
+@pytest.mark.parametrize("feature", list(PACKED_FEATURES))
+def test_gqa_short_queries(device, h, hk, sq, feature):
+    skip_unless_device(device, torch.float32)
+    run_batched(Case(sq=sq, sk=sq + 70, d=24, dtype=torch.float32, b=2, h=h, hk=hk,
+                     device=device, **PACKED_FEATURES[feature]))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gqa_decode_step_low_precision(device, dtype):
+    skip_unless_device(device, dtype)
+    run_batched(Case(sq=1, sk=300, d=128, dtype=dtype, b=3, h=32, hk=4, causal=True,
+                     device=device))
+
+
 @pytest.mark.parametrize("scale", [0.05, 0.5, 2.0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_softmax_scale(device, scale, dtype):

@@ -53,6 +53,16 @@ def test_varlen_dtypes(device, dtype, feature):
                           **FEATURES[feature]))
 
 
+@pytest.mark.parametrize("feature", ["plain", "causal", "window", "alibi_bh"])
+def test_varlen_gqa_short_queries(device, feature):
+    # a few queries per sequence (one empty) over longer keys, a group of 4:
+    # the CPU forward packs the group's heads per row position (max_seqlen_q
+    # decides how many)
+    skip_unless_device(device, torch.float32)
+    run_varlen(VarlenCase(lengths_q=[1, 4, 0, 7, 2], lengths_k=[33, 9, 5, 70, 2], d=40,
+                          dtype=torch.float32, h=8, hk=2, device=device, **FEATURES[feature]))
+
+
 @pytest.mark.parametrize("d", [1, 59, 96, 200, 256])
 def test_varlen_head_dims(device, d):
     skip_unless_device(device, torch.bfloat16)
