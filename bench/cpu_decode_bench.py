@@ -2,8 +2,8 @@
 against PyTorch SDPA on the CPU (enable_gqa), on the same shapes, in one
 run.
 
-A few query tokens per sequence (1 by default), head dim 128, GQA 32 / 8 and
-MHA 32 / 32, every cache row used (cache_seqlens = the cache length: SDPA
+A few query tokens per sequence (1 by default), head dim 128, GQA 32 / 8,
+MHA 32 / 32 and MQA 32 / 1, every cache row used (cache_seqlens = the cache length: SDPA
 has no per-sequence lengths; SDPA's query attends to the whole cache). The
 two libraries alternate within each of `--rounds` rounds, each round timing
 `--calls` calls of each; time = the best round's mean per call. GB/s = K + V
@@ -26,7 +26,7 @@ import flashc
 
 SHAPES = [  # (q heads, kv heads, batch, cache)
     (32, 8, 1, 4096), (32, 8, 1, 32768), (32, 8, 8, 4096), (32, 8, 32, 1024),
-    (32, 32, 1, 4096), (32, 32, 1, 32768), (32, 32, 8, 4096),
+    (32, 32, 1, 4096), (32, 32, 1, 32768), (32, 32, 8, 4096), (32, 1, 1, 32768),
 ]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

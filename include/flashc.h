@@ -318,7 +318,9 @@ typedef struct flashc_kvcache_args {
     const flashc_tensor *rotary_sin;
     int rotary_interleaved;
     /* Key splits combined exactly through the LSE: 0 = chosen from the
-     * shape and the device, 1 = none. The CPU backend ignores it. */
+     * shape and the device, 1 = none. The CPU backend splits as told too;
+     * its own choice depends on the shape alone, not on the thread count,
+     * so its results do not either. */
     int num_splits;
     flashc_tensor *out;                    /* (b, sq, h, dv) */
     flashc_tensor *lse;                    /* optional float32 (b, h, sq) */

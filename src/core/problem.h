@@ -95,6 +95,9 @@ typedef struct flashc_problem {
     uint64_t dropout_seed, dropout_offset;
     int deterministic;
     int num_threads;
+    /* CPU forward: key splits per row tile, 0 = chosen from the shape (a
+     * KV-cache call's num_splits; other calls leave it 0). */
+    int key_splits;
     void *stream;
 } flashc_problem;
 

@@ -235,5 +235,6 @@ flashc_status flashc_validate_kvcache(const flashc_kvcache_args *a, flashc_kvcac
     p->out = flashc_seq_view(a->out, 0);
     p->lse = flashc_row_view(a->lse, 0);
     kp->num_splits = a->num_splits;
+    p->key_splits = a->num_splits;
     return FLASHC_SUCCESS;
 }

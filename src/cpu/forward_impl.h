@@ -39,6 +39,31 @@ static int64_t fc_fwd_packed_heads(const flashc_problem *p) {
     return 1;
 }
 
+/* Key splits of each row tile: a decoding step has too few row tiles
+ * (batch x head groups) to keep many cores busy, so each tile's visible
+ * key tiles are cut into splits computed as tasks of their own and
+ * combined exactly through their LSEs. Chosen from the shape alone, never
+ * from the thread count, so results stay the same on any number of
+ * threads: enough splits for FC_SPLIT_TASKS tasks, at least
+ * FC_SPLIT_MIN_TILES key tiles each. A KV-cache call's num_splits, when
+ * given, decides (1 = none). S_dmask needs each row's final maximum while
+ * it writes and is never split. */
+#define FC_SPLIT_TASKS 128
+#define FC_SPLIT_MIN_TILES 8
+static int64_t fc_fwd_key_splits(const flashc_problem *p, int64_t row_tiles) {
+    int64_t key_tiles = (p->seqlen_k + FC_BN - 1) / FC_BN, splits;
+    if (p->s_dmask.data || key_tiles <= 1) return 1;
+    if (p->key_splits > 0) {
+        splits = p->key_splits;
+    } else {
+        if (row_tiles >= FC_SPLIT_TASKS) return 1;
+        splits = (FC_SPLIT_TASKS + row_tiles - 1) / row_tiles;
+        if (splits > key_tiles / FC_SPLIT_MIN_TILES) splits = key_tiles / FC_SPLIT_MIN_TILES;
+    }
+    if (splits > key_tiles) splits = key_tiles;
+    return splits > 1 ? splits : 1;
+}
+
 #define FC_FWD_SIZES(p)                                                                       \
     int64_t d = (p)->head_dim, dvp = fc_round_vl((p)->head_dim_v), dmax = d > dvp ? d : dvp;  \
     int64_t bm, bn;                                                                           \
@@ -157,8 +182,47 @@ static void fc_fwd_write_sdmask(const flashc_problem *p, fc_tile_ctx t, int64_t 
     }
 }
 
-/* Row tile rb of heads h .. h + heads - 1 of sequence b (rows: fc_tile_ctx). */
+/* out and LSE of the tile's rows from their unnormalised O rows (row
+ * stride ldo), maxima m and sums l (log2 units). */
+static void fc_fwd_store_rows(const flashc_problem *p, const fc_tile_ctx *t, const flashc_seq_info *seq,
+                              real *O, int64_t ldo, const real *m, const real *l) {
+    int64_t dv = p->head_dim_v, heads = fc_tile_heads(t);
+    real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));
+    for (int64_t i = 0; i < t->rows; ++i) {
+        int64_t row = seq->q_start + t->r0 + i / heads, head = t->h + i % heads;
+        char *o = (char *)p->out.data +
+                  fc_seq_offset(&p->out, t->b, row, head) * (int64_t)flashc_dtype_size(p->out.dtype);
+        real lse;
+        if (l[i] > 0) {
+            fc_store_row(o, p->out.dtype, O + i * ldo, dv, keep_scale / l[i]);
+            lse = (m[i] + slog2(l[i])) * (real)FC_LN2;
+        } else {
+            for (int64_t x = 0; x < dv; ++x) O[i * ldo + x] = 0;
+            fc_store_row(o, p->out.dtype, O + i * ldo, dv, 1);
+            lse = (real)INFINITY;
+        }
+        if (p->lse.data)
+            fc_store_one(p->lse.data, p->lse.dtype, fc_row_offset(&p->lse, t->b, row, head), lse);
+    }
+}
+
+/* One split's partial result of a row tile: its rows' maxima, sums and
+ * unnormalised O rows, `bm` rows of each (bm: the largest rows_pad). */
+typedef struct fc_fwd_partial {
+    real *m, *l, *O;
+} fc_fwd_partial;
+
+static fc_fwd_partial fc_fwd_partial_at(real *base, int64_t index, int64_t bm, int64_t dvp) {
+    real *at = base + index * bm * (dvp + 2);
+    fc_fwd_partial r = {at, at + bm, at + 2 * bm};
+    return r;
+}
+
+/* Row tile rb of heads h .. h + heads - 1 of sequence b (rows: fc_tile_ctx),
+ * over split `split` of `splits` of its visible key tiles: stored as out
+ * and LSE when unsplit, else as the split's partial result. */
 static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64_t heads, int64_t rb,
+                            int64_t split, int64_t splits, const fc_fwd_partial *partial,
                             fc_fwd_scratch *s) {
     flashc_seq_info seq = flashc_problem_seq(p, b);
     int64_t r0 = rb * (FC_BM / heads);
@@ -181,6 +245,11 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
 
     int64_t kb0, kb1;
     fc_visible_key_tiles(p, &t, &kb0, &kb1);
+    if (splits > 1) {
+        int64_t n = kb1 - kb0, first = kb0;
+        kb0 = first + n * split / splits;
+        kb1 = first + n * (split + 1) / splits;
+    }
     const vr neg_inf = vsplat(-(real)INFINITY);
     for (int64_t kb = kb0; kb < kb1; ++kb) {
         fc_set_key_tile(&t, kb);
@@ -227,23 +296,15 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
                     dvp, 1);
     }
 
-    real keep_scale = (real)(1.0 / (1.0 - p->dropout_p));
-    for (int64_t i = 0; i < t.rows; ++i) {
-        int64_t row = seq.q_start + r0 + i / heads, head = h + i % heads;
-        char *o = (char *)p->out.data +
-                  fc_seq_offset(&p->out, b, row, head) * (int64_t)flashc_dtype_size(p->out.dtype);
-        real lse;
-        if (s->l[i] > 0) {
-            fc_store_row(o, p->out.dtype, s->O + i * dvp, dv, keep_scale / s->l[i]);
-            lse = (s->m[i] + slog2(s->l[i])) * (real)FC_LN2;
-        } else {
-            for (int64_t x = 0; x < dv; ++x) s->O[i * dvp + x] = 0;
-            fc_store_row(o, p->out.dtype, s->O + i * dvp, dv, 1);
-            lse = (real)INFINITY;
+    if (partial) {
+        for (int64_t i = 0; i < t.rows; ++i) {
+            partial->m[i] = s->m[i];
+            partial->l[i] = s->l[i];
+            for (int64_t x = 0; x < dvp; ++x) partial->O[i * dvp + x] = s->O[i * dvp + x];
         }
-        if (p->lse.data)
-            fc_store_one(p->lse.data, p->lse.dtype, fc_row_offset(&p->lse, b, row, head), lse);
+        return;
     }
+    fc_fwd_store_rows(p, &t, &seq, s->O, dvp, s->m, s->l);
     if (p->s_dmask.data) fc_fwd_write_sdmask(p, t, hk, &seq, s, kb0, kb1);
 }
 
@@ -293,35 +354,92 @@ static inline int fc_thread_count(const flashc_problem *p) {
  * among the caller's threads. */
 static inline int fc_parallel_region(int nt) { return nt > 1 || omp_in_parallel(); }
 
-/* One thread's part of the forward. */
-static void fc_forward_thread(const flashc_problem *p, char *scratch, size_t per_thread) {
+/* The partial results of a row tile's splits combined: the largest maximum
+ * M, l = sum of l_s 2^(m_s - M), O = sum of O_s 2^(m_s - M), then stored
+ * as an unsplit tile stores its rows. */
+static void fc_forward_combine(const flashc_problem *p, int64_t b, int64_t h, int64_t heads, int64_t rb,
+                               int64_t splits, real *partials, int64_t first, int64_t bm,
+                               fc_fwd_scratch *s) {
+    flashc_seq_info seq = flashc_problem_seq(p, b);
+    int64_t r0 = rb * (FC_BM / heads);
+    if (r0 >= seq.sq) return;
+    int64_t dvp = fc_round_vl(p->head_dim_v);
+    fc_tile_ctx t = fc_make_ctx(p, b, h, heads, &seq, r0);
+    for (int64_t i = 0; i < t.rows; ++i) {
+        real M = -(real)INFINITY, L = 0;
+        real *o = s->O + i * dvp;
+        for (int64_t sp = 0; sp < splits; ++sp) {
+            real m = fc_fwd_partial_at(partials, first + sp, bm, dvp).m[i];
+            M = m > M ? m : M;
+        }
+        for (int64_t x = 0; x < dvp; ++x) o[x] = 0;
+        if (M != -(real)INFINITY) {
+            for (int64_t sp = 0; sp < splits; ++sp) {
+                fc_fwd_partial part = fc_fwd_partial_at(partials, first + sp, bm, dvp);
+                if (part.l[i] == 0) continue; /* an empty split (its maximum -inf) */
+                real w = sexp2(part.m[i] - M);
+                L += w * part.l[i];
+                for (int64_t x = 0; x < dvp; ++x) o[x] += w * part.O[i * dvp + x];
+            }
+        }
+        s->m[i] = M;
+        s->l[i] = L;
+    }
+    fc_fwd_store_rows(p, &t, &seq, s->O, dvp, s->m, s->l);
+}
+
+/* One thread's part of the forward: the row tiles (each split's partial
+ * result, then the combines, where the key tiles are split). */
+static void fc_forward_thread(const flashc_problem *p, char *scratch, size_t per_thread, real *partials) {
     fc_fwd_scratch s = fc_fwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread, p);
     int64_t heads = fc_fwd_packed_heads(p), positions = FC_BM / heads, tiles_h = p->nheads / heads;
     int64_t nrb = (p->seqlen_q + positions - 1) / positions;
-    int64_t ntasks = p->batch * tiles_h * nrb;
+    int64_t ntiles = p->batch * tiles_h * nrb, splits = fc_fwd_key_splits(p, ntiles);
+    int64_t bm, bn, dvp = fc_round_vl(p->head_dim_v);
+    fc_tile_extents(p, heads, &bm, &bn);
     /* Later row tiles see more keys under a causal mask: start them first. */
     #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < ntasks; ++task) {
-        int64_t b = task / (tiles_h * nrb);
-        int64_t h = (task / nrb) % tiles_h * heads;
-        int64_t rb = nrb - 1 - task % nrb;
-        fc_forward_tile(p, b, h, heads, rb, &s);
+    for (int64_t task = 0; task < ntiles * splits; ++task) {
+        int64_t tile = task / splits, split = task % splits;
+        int64_t b = tile / (tiles_h * nrb);
+        int64_t h = (tile / nrb) % tiles_h * heads;
+        int64_t rb = nrb - 1 - tile % nrb;
+        fc_fwd_partial part;
+        if (splits > 1) part = fc_fwd_partial_at(partials, task, bm, dvp);
+        fc_forward_tile(p, b, h, heads, rb, split, splits, splits > 1 ? &part : NULL, &s);
+    }
+    if (splits > 1) {
+        #pragma omp for schedule(static)
+        for (int64_t tile = 0; tile < ntiles; ++tile)
+            fc_forward_combine(p, tile / (tiles_h * nrb), (tile / nrb) % tiles_h * heads, heads,
+                               nrb - 1 - tile % nrb, splits, partials, tile * splits, bm, &s);
     }
     fc_forward_fill_uncovered(p);
 }
 
+/* Bytes of the split partial results (0 when the key tiles are not split). */
+static size_t fc_fwd_partial_bytes(const flashc_problem *p) {
+    int64_t heads = fc_fwd_packed_heads(p), positions = FC_BM / heads;
+    int64_t ntiles = p->batch * (p->nheads / heads) * ((p->seqlen_q + positions - 1) / positions);
+    int64_t splits = fc_fwd_key_splits(p, ntiles), bm, bn;
+    if (splits <= 1) return 0;
+    fc_tile_extents(p, heads, &bm, &bn);
+    return (size_t)(ntiles * splits * bm * (fc_round_vl(p->head_dim_v) + 2)) * sizeof(real);
+}
+
 static flashc_status fc_forward(const flashc_problem *p) {
     int nt = fc_thread_count(p);
-    size_t per_thread = fc_fwd_scratch_bytes(p);
-    char *scratch = (char *)aligned_alloc(64, per_thread * (size_t)nt);
+    size_t per_thread = fc_fwd_scratch_bytes(p), partial_bytes = fc_fwd_partial_bytes(p);
+    size_t bytes = per_thread * (size_t)nt + partial_bytes;
+    char *scratch = (char *)aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!scratch)
-        return flashc_fail(FLASHC_ERROR_BACKEND, "cpu: cannot allocate %zu bytes of tile scratch",
-                           per_thread * (size_t)nt);
+        return flashc_fail(FLASHC_ERROR_BACKEND, "cpu: cannot allocate %zu bytes of tile scratch", bytes);
+    real *partials = partial_bytes ? (real *)(scratch + per_thread * (size_t)nt) : NULL;
     if (fc_parallel_region(nt)) {
         #pragma omp parallel num_threads(nt)
-        fc_forward_thread(p, scratch, per_thread);
+        fc_forward_thread(p, scratch, per_thread, partials);
     } else {
-        fc_forward_thread(p, scratch, per_thread);
+        fc_forward_thread(p, scratch, per_thread, partials);
     }
     free(scratch);
     return FLASHC_SUCCESS;

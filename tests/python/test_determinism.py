@@ -85,3 +85,25 @@ def test_cpu_results_do_not_depend_on_thread_count(varlen):
         torch.set_num_threads(saved)
     _assert_bitwise(results[0], results[1], "1 and 2 threads")
     _assert_bitwise(results[0], results[2], "1 and 3 threads")
+
+
+def test_cpu_split_keys_do_not_depend_on_thread_count():
+    # a decoding step over a long cache: the CPU forward splits the keys by
+    # the shape alone, so the bits stay the same on any number of threads
+    # (float32 out: the split and unsplit sums differ in bits that bfloat16
+    # rounding would hide)
+    q = torch.randn(1, 2, 8, 64)
+    k_cache = torch.randn(1, 5000, 2, 64)
+    v_cache = torch.randn(1, 5000, 2, 64)
+    lens = torch.tensor([4321], dtype=torch.int32)
+    saved = torch.get_num_threads()
+    try:
+        results = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            results.append(flashc.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
+                                                          causal=True, return_softmax_lse=True))
+    finally:
+        torch.set_num_threads(saved)
+    for other in results[1:]:
+        assert torch.equal(results[0][0], other[0]) and torch.equal(results[0][1], other[1])

@@ -4,6 +4,8 @@ dims, sequence lengths, masks, softcap, ALiBi, GQA/MQA and dtypes."""
 import pytest
 import torch
 
+import flashc
+
 from cases import Case, run_batched
 from conftest import FULL, skip_unless_device
 
@@ -137,6 +139,37 @@ def test_gqa_decode_step_low_precision(device, dtype):
     skip_unless_device(device, dtype)
     run_batched(Case(sq=1, sk=300, d=128, dtype=dtype, b=3, h=32, hk=4, causal=True,
                      device=device))
+
+
+# A few row tiles over many keys: the CPU forward splits each tile's key
+# range into tasks and combines them through their LSEs (the number of
+# splits from the shape alone). Key counts around multiples of the split
+# size, masks that leave some splits empty, GQA and MHA.
+@pytest.mark.parametrize("h,hk", [(8, 2), (2, 2)])
+@pytest.mark.parametrize("sq,sk", [(1, 1025), (3, 2100), (40, 1600)])
+@pytest.mark.parametrize("feature", list(PACKED_FEATURES))
+def test_few_queries_many_keys(device, h, hk, sq, sk, feature):
+    skip_unless_device(device, torch.float32)
+    run_batched(Case(sq=sq, sk=sk, d=40, dtype=torch.float32, b=1, h=h, hk=hk,
+                     device=device, **PACKED_FEATURES[feature]))
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (100, 0)])
+def test_dropout_over_many_keys_agrees_with_its_probabilities(device, window):
+    # S_dmask asks for an unsplit forward, its absence lets the CPU split the
+    # keys: the same seed draws the same mask either way
+    skip_unless_device(device, torch.bfloat16)
+    q = torch.randn(1, 2, 8, 64, device=device, dtype=torch.bfloat16)
+    k = torch.randn(1, 3000, 2, 64, device=device, dtype=torch.bfloat16)
+    v = torch.randn(1, 3000, 2, 64, device=device, dtype=torch.bfloat16)
+    kwargs = dict(dropout_p=0.3, causal=True, window_size=window)
+    torch.manual_seed(7)
+    whole, lse_whole, s_dmask = flashc.flash_attn_func(q, k, v, return_attn_probs=True, **kwargs)
+    torch.manual_seed(7)
+    split = flashc.flash_attn_func(q, k, v, **kwargs)
+    assert s_dmask is not None and s_dmask.shape[-1] >= 3000
+    torch.testing.assert_close(split.float(), whole.float(), atol=2e-2, rtol=0)
+    torch.testing.assert_close(split, whole, atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize("scale", [0.05, 0.5, 2.0])

@@ -63,6 +63,15 @@ def test_varlen_gqa_short_queries(device, feature):
                           dtype=torch.float32, h=8, hk=2, device=device, **FEATURES[feature]))
 
 
+@pytest.mark.parametrize("feature", ["plain", "causal", "window_left", "alibi_bh", "softcap"])
+def test_varlen_few_queries_many_keys(device, feature):
+    # few row tiles, keys long enough that the CPU forward splits them
+    # (split ranges per sequence: some short, one empty, one without keys)
+    skip_unless_device(device, torch.float32)
+    run_varlen(VarlenCase(lengths_q=[1, 3, 0, 2, 1], lengths_k=[1500, 20, 700, 2300, 0], d=32,
+                          dtype=torch.float32, h=4, hk=2, device=device, **FEATURES[feature]))
+
+
 @pytest.mark.parametrize("d", [1, 59, 96, 200, 256])
 def test_varlen_head_dims(device, d):
     skip_unless_device(device, torch.bfloat16)
