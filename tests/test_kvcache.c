@@ -557,6 +557,31 @@ static void paged_cache(void **state) {
     run_all("paged cache", cs, n);
 }
 
+/* Caches long enough that the CPU forward splits each row tile's keys into
+ * tasks (and combines them through their LSEs): decode and a few queries,
+ * masks that leave splits empty, paged, MQA. */
+static void long_cache(void **state) {
+    (void)state;
+    kv_case cs[8];
+    int n = 0;
+    kv_case c = base_case("long cache, decode, bf16", FLASHC_DTYPE_BFLOAT16);
+    c.capacity = 2000; c.seqlens[0] = 1999; c.seqlens[1] = 0; c.seqlens[2] = 1203;
+    cs[n++] = c;
+    c = base_case("long cache, append 3, causal, window", FLASHC_DTYPE_FLOAT64);
+    c.capacity = 2100; c.seqlens[0] = 2097; c.seqlens[1] = 64; c.seqlens[2] = 1500;
+    c.s_new = 3; c.sq = 3; c.options.causal = 1; c.options.window_left = 700;
+    cs[n++] = c;
+    c = base_case("long cache, paged 16, alibi, softcap", FLASHC_DTYPE_FLOAT32);
+    c.capacity = 1600; c.block_size = 16; c.seqlens[0] = 1600; c.seqlens[1] = 17; c.seqlens[2] = 999;
+    c.alibi = 1; c.options.softcap = 3.0; c.s_new = 0;
+    cs[n++] = c;
+    c = base_case("long cache, MQA, float32", FLASHC_DTYPE_FLOAT32);
+    c.capacity = 3000; c.hk = 1; c.seqlens[0] = 2999; c.seqlens[1] = 1; c.seqlens[2] = 2048;
+    c.s_new = 1;
+    cs[n++] = c;
+    run_all("long cache", cs, n);
+}
+
 /* Every rejected argument: the status, a message naming it, nothing
  * written (cache and out untouched). */
 static void errors(void **state) {
@@ -725,7 +750,7 @@ int main(void) {
         cmocka_unit_test(contiguous_cache), cmocka_unit_test(batch_index_and_leftpad),
         cmocka_unit_test(rotary),           cmocka_unit_test(paged_cache),
         cmocka_unit_test(errors),           cmocka_unit_test(workspace),
-        cmocka_unit_test(paged_varlen_forward),
+        cmocka_unit_test(paged_varlen_forward), cmocka_unit_test(long_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
