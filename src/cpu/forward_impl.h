@@ -50,11 +50,16 @@ static int64_t fc_fwd_packed_heads(const flashc_problem *p) {
  * it writes and is never split. */
 #define FC_SPLIT_TASKS 128
 #define FC_SPLIT_MIN_TILES 8
+/* A given num_splits is taken up to 128 (as the CUDA backend takes it) and
+ * to FC_MAX_SPLIT_TASKS tasks in all, which bounds the partials' memory. */
+#define FC_MAX_SPLITS 128
+#define FC_MAX_SPLIT_TASKS 1024
 static int64_t fc_fwd_key_splits(const flashc_problem *p, int64_t row_tiles) {
     int64_t key_tiles = (p->seqlen_k + FC_BN - 1) / FC_BN, splits;
     if (p->s_dmask.data || key_tiles <= 1) return 1;
     if (p->key_splits > 0) {
-        splits = p->key_splits;
+        splits = p->key_splits < FC_MAX_SPLITS ? p->key_splits : FC_MAX_SPLITS;
+        if (splits * row_tiles > FC_MAX_SPLIT_TASKS) splits = FC_MAX_SPLIT_TASKS / row_tiles;
     } else {
         if (row_tiles >= FC_SPLIT_TASKS) return 1;
         splits = (FC_SPLIT_TASKS + row_tiles - 1) / row_tiles;
