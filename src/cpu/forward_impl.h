@@ -15,14 +15,14 @@
 #include "core/error.h"
 
 typedef struct fc_fwd_scratch {
-    real *Qt, *Qr, *K, *V, *S, *O, *m, *l, *alpha, *row_tmp;
+    real *Qt, *Qr, *K, *V, *S, *O, *m, *l, *alpha, *row_tmp, *groups;
 } fc_fwd_scratch;
 
 /* Regions of the forward's per-thread scratch, sized by the problem's
  * largest tile (bm rows, bn columns: fc_tile_extents). */
 #define FC_FWD_FIELDS(X)                                                                      \
     X(Qt, d *FC_BM) X(Qr, bm *d) X(K, bn *d) X(V, bn *dvp) X(S, bn *FC_BM) X(O, bm *dvp) X(m, FC_BM)       \
-    X(l, FC_BM) X(alpha, FC_BM) X(row_tmp, dmax)
+    X(l, FC_BM) X(alpha, FC_BM) X(row_tmp, dmax) X(groups, groups)
 
 /* Query heads of a kv head's group packed into each row tile
  * (fc_tile_ctx): the most that divide the group and fit the longest
@@ -69,10 +69,52 @@ static int64_t fc_fwd_key_splits(const flashc_problem *p, int64_t row_tiles) {
     return splits > 1 ? splits : 1;
 }
 
+static int fc_fwd_rows_as_dots(const fc_tile_ctx *t, int64_t d);
+
+/* How the forward is cut into tasks. `whole_rows`: a decoding step whose
+ * every head group fits one row tile of few rows (fc_fwd_rows_as_dots) runs
+ * one task per (sequence, key split) over all its head groups, reading
+ * each key and value row of the cache across all kv heads in address
+ * order: one head's rows alone are a few hundred bytes every few KiB,
+ * which the hardware prefetchers cannot follow (NOTES: 9 GB/s per thread
+ * against 13 in order). Dropout and S_dmask keep the per-tile path. */
+typedef struct fc_fwd_plan {
+    int64_t heads, positions, tiles_h, nrb, ntiles, splits;
+    int64_t rows; /* the most rows a tile has */
+    int whole_rows;
+} fc_fwd_plan;
+
+static fc_fwd_plan fc_fwd_plan_of(const flashc_problem *p) {
+    fc_fwd_plan pl;
+    pl.heads = fc_fwd_packed_heads(p);
+    pl.positions = FC_BM / pl.heads;
+    pl.tiles_h = p->nheads / pl.heads;
+    pl.nrb = (p->seqlen_q + pl.positions - 1) / pl.positions;
+    pl.ntiles = p->batch * pl.tiles_h * pl.nrb;
+    pl.rows = pl.heads * (p->seqlen_q < pl.positions ? (p->seqlen_q > 0 ? p->seqlen_q : 1) : pl.positions);
+    pl.whole_rows = 0;
+    if (pl.nrb == 1 && pl.tiles_h > 1 && p->dropout_p == 0 && !p->s_dmask.data) {
+        fc_tile_ctx t = {.heads = pl.heads, .sq = p->seqlen_q > 0 ? p->seqlen_q : 1};
+        fc_set_row_tile(&t, 0);
+        pl.whole_rows = fc_fwd_rows_as_dots(&t, p->head_dim);
+    }
+    /* a whole-rows task covers a sequence's head groups: splits for its tasks */
+    pl.splits = fc_fwd_key_splits(p, pl.whole_rows ? p->batch : pl.ntiles);
+    return pl;
+}
+
+/* Reals of one head group's state in the whole-rows path: query rows, m, l,
+ * alpha, O and a logit tile. */
+static int64_t fc_fwd_group_state(int64_t bm, int64_t d, int64_t dvp) {
+    return (bm * d + 3 * bm + bm * dvp + FC_BN * FC_BM + 15) / 16 * 16;
+}
+
 #define FC_FWD_SIZES(p)                                                                       \
     int64_t d = (p)->head_dim, dvp = fc_round_vl((p)->head_dim_v), dmax = d > dvp ? d : dvp;  \
     int64_t bm, bn;                                                                           \
-    fc_tile_extents(p, fc_fwd_packed_heads(p), &bm, &bn)
+    fc_fwd_plan plan = fc_fwd_plan_of(p);                                                     \
+    fc_tile_extents(p, plan.heads, &bm, &bn);                                                 \
+    int64_t groups = plan.whole_rows ? plan.tiles_h * fc_fwd_group_state(bm, d, dvp) : 0
 
 FC_DEFINE_SCRATCH(fc_fwd_scratch, fc_fwd, FC_FWD_FIELDS, FC_FWD_SIZES)
 
@@ -187,6 +229,42 @@ static void fc_fwd_write_sdmask(const flashc_problem *p, fc_tile_ctx t, int64_t 
     }
 }
 
+/* Online softmax over a logit tile, vectorised over the rows: the tile
+ * becomes P = exp2(S - m_new), l and m move on, alpha = exp2(m_old - m_new)
+ * per row (for O). */
+static void fc_fwd_online_softmax(const fc_tile_ctx *t, real *S, real *m, real *l, real *alpha) {
+    const vr neg_inf = vsplat(-(real)INFINITY);
+    for (int iv = 0; iv < t->rows_pad; iv += VL) {
+        vr mx = neg_inf;
+        for (int j = 0; j < t->cols_pad; ++j) mx = vmax(mx, vload(S + j * FC_BM + iv));
+        vr m_old = vload(m + iv);
+        vr m_new = vmax(m_old, mx);
+        /* A row with nothing visible yet keeps m = -inf; subtract 0. */
+        vr m_use = vselect(m_new == neg_inf, vsplat(0), m_new);
+        vr a = vexp2(m_old - m_use);
+        vr sum = vsplat(0);
+        for (int j = 0; j < t->cols_pad; ++j) {
+            vr pv = vexp2(vload(S + j * FC_BM + iv) - m_use);
+            vstore(S + j * FC_BM + iv, pv);
+            sum += pv;
+        }
+        vstore(l + iv, vload(l + iv) * a + sum);
+        vstore(m + iv, m_new);
+        vstore(alpha + iv, a);
+    }
+}
+
+/* O rows scaled by their alpha before the tile's P V is added. */
+static void fc_fwd_rescale(const fc_tile_ctx *t, real *O, int64_t dvp, const real *alpha) {
+    for (int i = 0; i < t->rows_pad; ++i) {
+        real a = alpha[i];
+        if (a != 1) {
+            real *o = O + i * dvp;
+            for (int64_t x = 0; x < dvp; ++x) o[x] *= a;
+        }
+    }
+}
+
 /* out and LSE of the tile's rows from their unnormalised O rows (row
  * stride ldo), maxima m and sums l (log2 units). */
 static void fc_fwd_store_rows(const flashc_problem *p, const fc_tile_ctx *t, const flashc_seq_info *seq,
@@ -212,14 +290,14 @@ static void fc_fwd_store_rows(const flashc_problem *p, const fc_tile_ctx *t, con
 }
 
 /* One split's partial result of a row tile: its rows' maxima, sums and
- * unnormalised O rows, `bm` rows of each (bm: the largest rows_pad). */
+ * unnormalised O rows, room for `rows` of each (a tile's most: fc_fwd_plan). */
 typedef struct fc_fwd_partial {
     real *m, *l, *O;
 } fc_fwd_partial;
 
-static fc_fwd_partial fc_fwd_partial_at(real *base, int64_t index, int64_t bm, int64_t dvp) {
-    real *at = base + index * bm * (dvp + 2);
-    fc_fwd_partial r = {at, at + bm, at + 2 * bm};
+static fc_fwd_partial fc_fwd_partial_at(real *base, int64_t index, int64_t rows, int64_t dvp) {
+    real *at = base + index * rows * (dvp + 2);
+    fc_fwd_partial r = {at, at + rows, at + 2 * rows};
     return r;
 }
 
@@ -255,7 +333,6 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
         kb0 = first + n * split / splits;
         kb1 = first + n * (split + 1) / splits;
     }
-    const vr neg_inf = vsplat(-(real)INFINITY);
     for (int64_t kb = kb0; kb < kb1; ++kb) {
         fc_set_key_tile(&t, kb);
         if (kb + 1 < kb1 && t.rows_pad <= FC_BM / 2) {
@@ -266,33 +343,9 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
         fc_fwd_logit_tile(p, &t, hk, &seq, s);
         fc_panel v = fc_key_panel(s->V, dvp, t.cols_pad, p, &p->v, b, &seq, t.c0, t.cols, hk, dv, 1);
 
-        /* Online softmax, vectorised over the rows. */
-        for (int iv = 0; iv < t.rows_pad; iv += VL) {
-            vr mx = neg_inf;
-            for (int j = 0; j < t.cols_pad; ++j) mx = vmax(mx, vload(s->S + j * FC_BM + iv));
-            vr m_old = vload(s->m + iv);
-            vr m_new = vmax(m_old, mx);
-            /* A row with nothing visible yet keeps m = -inf; subtract 0. */
-            vr m_use = vselect(m_new == neg_inf, vsplat(0), m_new);
-            vr alpha = vexp2(m_old - m_use);
-            vr sum = vsplat(0);
-            for (int j = 0; j < t.cols_pad; ++j) {
-                vr pv = vexp2(vload(s->S + j * FC_BM + iv) - m_use);
-                vstore(s->S + j * FC_BM + iv, pv);
-                sum += pv;
-            }
-            vstore(s->l + iv, vload(s->l + iv) * alpha + sum);
-            vstore(s->m + iv, m_new);
-            vstore(s->alpha + iv, alpha);
-        }
+        fc_fwd_online_softmax(&t, s->S, s->m, s->l, s->alpha);
         if (p->dropout_p > 0) fc_tile_dropout(p, &t, s->S, NULL, 0);
-        for (int i = 0; i < t.rows_pad; ++i) {
-            real a = s->alpha[i];
-            if (a != 1) {
-                real *o = s->O + i * dvp;
-                for (int64_t x = 0; x < dvp; ++x) o[x] *= a;
-            }
-        }
+        fc_fwd_rescale(&t, s->O, dvp, s->alpha);
         if (dots)
             fc_rows_times_panel((int)t.rows, (int)dvp, (int)t.cols_pad, s->S, 1, FC_BM, v.data, v.ld,
                                 s->O, dvp);
@@ -359,11 +412,130 @@ static inline int fc_thread_count(const flashc_problem *p) {
  * among the caller's threads. */
 static inline int fc_parallel_region(int nt) { return nt > 1 || omp_in_parallel(); }
 
+/* One head group's state in the whole-rows path, carved from its
+ * fc_fwd_group_state reals. */
+typedef struct fc_fwd_group {
+    real *Qr, *m, *l, *alpha, *O, *S;
+} fc_fwd_group;
+
+static fc_fwd_group fc_fwd_group_at(real *base, int64_t bm, int64_t d, int64_t dvp) {
+    fc_fwd_group g;
+    g.Qr = base;
+    g.m = g.Qr + bm * d;
+    g.l = g.m + bm;
+    g.alpha = g.l + bm;
+    g.O = g.alpha + bm;
+    g.S = g.O + bm * dvp;
+    return g;
+}
+
+/* Element pointer of key c (of the sequence) of kv head hk in k or v. */
+static const char *fc_fwd_key_row(const flashc_problem *p, const flashc_seq_tensor *t,
+                                  const flashc_seq_info *seq, int64_t b, int64_t c, int64_t hk) {
+    int64_t offset = flashc_problem_key_offset(p, t, b, seq->k_batch, seq->k_start + c) +
+                     hk * t->head_stride;
+    return fc_elem(t->data, t->dtype, offset);
+}
+
+/* The whole-rows path (fc_fwd_plan): split `split` of `splits` of sequence
+ * b's keys for all of its head groups. Per key tile: each key row's logits
+ * against every group's queries, the rows taken in address order (row j's
+ * kv heads side by side); then each group's masks and online softmax; then
+ * the value rows, in the same order, into each group's O. Per group the
+ * same arithmetic as fc_forward_tile's row-by-row products. */
+static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_fwd_plan *pl,
+                                  int64_t split, real *partials, int64_t bm, fc_fwd_scratch *s) {
+    flashc_seq_info seq = flashc_problem_seq(p, b);
+    if (seq.sq <= 0) return;
+    const int64_t d = p->head_dim, dv = p->head_dim_v, dvp = fc_round_vl(dv);
+    const int64_t heads = pl->heads, groups = pl->tiles_h, group_size = p->nheads / p->nheads_k;
+    const int64_t stride = fc_fwd_group_state(bm, d, dvp), splits = pl->splits;
+    const int k_in_place = p->k.dtype == FC_NATIVE_DTYPE;
+    const int v_in_place = p->v.dtype == FC_NATIVE_DTYPE && dv == dvp;
+
+    fc_tile_ctx t = fc_make_ctx(p, b, 0, heads, &seq, 0);
+    const int rows = (int)t.rows;
+    for (int64_t hg = 0; hg < groups; ++hg) {
+        fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
+        fc_pack_rows_transposed(s->Qt, &p->q, b, seq.q_start, t.rows, t.rows_pad, hg * heads, heads, d,
+                                fc_query_scale(p), s->row_tmp);
+        for (int64_t i = 0; i < t.rows; ++i)
+            for (int64_t x = 0; x < d; ++x) g.Qr[i * d + x] = s->Qt[x * FC_BM + i];
+        for (int64_t i = 0; i < t.rows_pad; ++i) {
+            g.m[i] = -(real)INFINITY;
+            g.l[i] = 0;
+        }
+        for (int64_t x = 0; x < t.rows_pad * dvp; ++x) g.O[x] = 0;
+    }
+
+    int64_t kb0, kb1;
+    fc_visible_key_tiles(p, &t, &kb0, &kb1); /* the same for every group: rows decide */
+    if (splits > 1) {
+        int64_t n = kb1 - kb0, first = kb0;
+        kb0 = first + n * split / splits;
+        kb1 = first + n * (split + 1) / splits;
+    }
+    for (int64_t kb = kb0; kb < kb1; ++kb) {
+        fc_set_key_tile(&t, kb);
+        for (int64_t j = 0; j < t.cols; ++j)
+            for (int64_t hg = 0; hg < groups; ++hg) {
+                fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
+                const char *row = fc_fwd_key_row(p, &p->k, &seq, b, t.c0 + j, hg * heads / group_size);
+                const real *key = (const real *)row;
+                if (!k_in_place) {
+                    fc_load_row(s->row_tmp, row, p->k.dtype, d, 1);
+                    key = s->row_tmp;
+                }
+                fc_dots(rows, 1, (int)d, g.Qr, d, key, 0, g.S + j * FC_BM, FC_BM);
+            }
+        for (int64_t hg = 0; hg < groups; ++hg) {
+            fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
+            fc_tile_ctx tg = fc_make_ctx(p, b, hg * heads, heads, &seq, 0);
+            fc_set_key_tile(&tg, kb);
+            /* the padding rows and columns are masked below */
+            for (int64_t j = 0; j < tg.cols_pad; ++j)
+                for (int64_t i = j < tg.cols ? tg.rows : 0; i < tg.rows_pad; ++i) g.S[j * FC_BM + i] = 0;
+            fc_tile_logits(g.S, NULL, &tg);
+            if (!fc_tile_fully_visible(p, &tg)) fc_tile_mask(g.S, p, &tg);
+            fc_fwd_online_softmax(&tg, g.S, g.m, g.l, g.alpha);
+            fc_fwd_rescale(&tg, g.O, dvp, g.alpha);
+        }
+        for (int64_t j = 0; j < t.cols; ++j)
+            for (int64_t hg = 0; hg < groups; ++hg) {
+                fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
+                const char *row = fc_fwd_key_row(p, &p->v, &seq, b, t.c0 + j, hg * heads / group_size);
+                const real *value = (const real *)row;
+                if (!v_in_place) {
+                    fc_load_row(s->row_tmp, row, p->v.dtype, dv, 1);
+                    for (int64_t x = dv; x < dvp; ++x) s->row_tmp[x] = 0;
+                    value = s->row_tmp;
+                }
+                fc_rows_times_panel(rows, (int)dvp, 1, g.S + j * FC_BM, 1, FC_BM, value, 0, g.O, dvp);
+            }
+    }
+
+    for (int64_t hg = 0; hg < groups; ++hg) {
+        fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
+        fc_tile_ctx tg = fc_make_ctx(p, b, hg * heads, heads, &seq, 0);
+        if (splits > 1) {
+            fc_fwd_partial part =
+                fc_fwd_partial_at(partials, (b * groups + hg) * splits + split, pl->rows, dvp);
+            for (int64_t i = 0; i < tg.rows; ++i) {
+                part.m[i] = g.m[i];
+                part.l[i] = g.l[i];
+                for (int64_t x = 0; x < dvp; ++x) part.O[i * dvp + x] = g.O[i * dvp + x];
+            }
+        } else {
+            fc_fwd_store_rows(p, &tg, &seq, g.O, dvp, g.m, g.l);
+        }
+    }
+}
+
 /* The partial results of a row tile's splits combined: the largest maximum
  * M, l = sum of l_s 2^(m_s - M), O = sum of O_s 2^(m_s - M), then stored
  * as an unsplit tile stores its rows. */
 static void fc_forward_combine(const flashc_problem *p, int64_t b, int64_t h, int64_t heads, int64_t rb,
-                               int64_t splits, real *partials, int64_t first, int64_t bm,
+                               int64_t splits, real *partials, int64_t first, int64_t rows,
                                fc_fwd_scratch *s) {
     flashc_seq_info seq = flashc_problem_seq(p, b);
     int64_t r0 = rb * (FC_BM / heads);
@@ -374,13 +546,13 @@ static void fc_forward_combine(const flashc_problem *p, int64_t b, int64_t h, in
         real M = -(real)INFINITY, L = 0;
         real *o = s->O + i * dvp;
         for (int64_t sp = 0; sp < splits; ++sp) {
-            real m = fc_fwd_partial_at(partials, first + sp, bm, dvp).m[i];
+            real m = fc_fwd_partial_at(partials, first + sp, rows, dvp).m[i];
             M = m > M ? m : M;
         }
         for (int64_t x = 0; x < dvp; ++x) o[x] = 0;
         if (M != -(real)INFINITY) {
             for (int64_t sp = 0; sp < splits; ++sp) {
-                fc_fwd_partial part = fc_fwd_partial_at(partials, first + sp, bm, dvp);
+                fc_fwd_partial part = fc_fwd_partial_at(partials, first + sp, rows, dvp);
                 if (part.l[i] == 0) continue; /* an empty split (its maximum -inf) */
                 real w = sexp2(part.m[i] - M);
                 L += w * part.l[i];
@@ -397,39 +569,43 @@ static void fc_forward_combine(const flashc_problem *p, int64_t b, int64_t h, in
  * result, then the combines, where the key tiles are split). */
 static void fc_forward_thread(const flashc_problem *p, char *scratch, size_t per_thread, real *partials) {
     fc_fwd_scratch s = fc_fwd_carve(scratch + (size_t)omp_get_thread_num() * per_thread, p);
-    int64_t heads = fc_fwd_packed_heads(p), positions = FC_BM / heads, tiles_h = p->nheads / heads;
-    int64_t nrb = (p->seqlen_q + positions - 1) / positions;
-    int64_t ntiles = p->batch * tiles_h * nrb, splits = fc_fwd_key_splits(p, ntiles);
+    const fc_fwd_plan pl = fc_fwd_plan_of(p);
+    const int64_t heads = pl.heads, tiles_h = pl.tiles_h, nrb = pl.nrb, ntiles = pl.ntiles;
+    const int64_t splits = pl.splits;
     int64_t bm, bn, dvp = fc_round_vl(p->head_dim_v);
     fc_tile_extents(p, heads, &bm, &bn);
-    /* Later row tiles see more keys under a causal mask: start them first. */
-    #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < ntiles * splits; ++task) {
-        int64_t tile = task / splits, split = task % splits;
-        int64_t b = tile / (tiles_h * nrb);
-        int64_t h = (tile / nrb) % tiles_h * heads;
-        int64_t rb = nrb - 1 - tile % nrb;
-        fc_fwd_partial part;
-        if (splits > 1) part = fc_fwd_partial_at(partials, task, bm, dvp);
-        fc_forward_tile(p, b, h, heads, rb, split, splits, splits > 1 ? &part : NULL, &s);
+    if (pl.whole_rows) {
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < p->batch * splits; ++task)
+            fc_forward_whole_rows(p, task / splits, &pl, task % splits, partials, bm, &s);
+    } else {
+        /* Later row tiles see more keys under a causal mask: start them first. */
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntiles * splits; ++task) {
+            int64_t tile = task / splits, split = task % splits;
+            int64_t b = tile / (tiles_h * nrb);
+            int64_t h = (tile / nrb) % tiles_h * heads;
+            int64_t rb = nrb - 1 - tile % nrb;
+            fc_fwd_partial part;
+            if (splits > 1) part = fc_fwd_partial_at(partials, task, pl.rows, dvp);
+            fc_forward_tile(p, b, h, heads, rb, split, splits, splits > 1 ? &part : NULL, &s);
+        }
     }
+    /* partials of tile (b, group, rb) at tile * splits + split on both paths */
     if (splits > 1) {
         #pragma omp for schedule(static)
         for (int64_t tile = 0; tile < ntiles; ++tile)
             fc_forward_combine(p, tile / (tiles_h * nrb), (tile / nrb) % tiles_h * heads, heads,
-                               nrb - 1 - tile % nrb, splits, partials, tile * splits, bm, &s);
+                               nrb - 1 - tile % nrb, splits, partials, tile * splits, pl.rows, &s);
     }
     fc_forward_fill_uncovered(p);
 }
 
 /* Bytes of the split partial results (0 when the key tiles are not split). */
 static size_t fc_fwd_partial_bytes(const flashc_problem *p) {
-    int64_t heads = fc_fwd_packed_heads(p), positions = FC_BM / heads;
-    int64_t ntiles = p->batch * (p->nheads / heads) * ((p->seqlen_q + positions - 1) / positions);
-    int64_t splits = fc_fwd_key_splits(p, ntiles), bm, bn;
-    if (splits <= 1) return 0;
-    fc_tile_extents(p, heads, &bm, &bn);
-    return (size_t)(ntiles * splits * bm * (fc_round_vl(p->head_dim_v) + 2)) * sizeof(real);
+    fc_fwd_plan pl = fc_fwd_plan_of(p);
+    if (pl.splits <= 1) return 0;
+    return (size_t)(pl.ntiles * pl.splits * pl.rows * (fc_round_vl(p->head_dim_v) + 2)) * sizeof(real);
 }
 
 static flashc_status fc_forward(const flashc_problem *p) {
