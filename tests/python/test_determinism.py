@@ -87,12 +87,13 @@ def test_cpu_results_do_not_depend_on_thread_count(varlen):
     _assert_bitwise(results[0], results[2], "1 and 3 threads")
 
 
-def test_cpu_split_keys_do_not_depend_on_thread_count():
+@pytest.mark.parametrize("sq", [1, 2])
+def test_cpu_split_keys_do_not_depend_on_thread_count(sq):
     # a decoding step over a long cache: the CPU forward splits the keys by
     # the shape alone, so the bits stay the same on any number of threads
     # (float32 out: the split and unsplit sums differ in bits that bfloat16
-    # rounding would hide)
-    q = torch.randn(1, 2, 8, 64)
+    # rounding would hide); sq 1 takes the whole-rows path, sq 2 the tiles
+    q = torch.randn(1, sq, 8, 64)
     k_cache = torch.randn(1, 5000, 2, 64)
     v_cache = torch.randn(1, 5000, 2, 64)
     lens = torch.tensor([4321], dtype=torch.int32)
