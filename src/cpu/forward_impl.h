@@ -301,6 +301,43 @@ static fc_fwd_partial fc_fwd_partial_at(real *base, int64_t index, int64_t rows,
     return r;
 }
 
+/* A tile's softmax state before its first key tile: m -inf, l 0, O 0. */
+static void fc_fwd_start_rows(const fc_tile_ctx *t, real *m, real *l, real *O, int64_t dvp) {
+    for (int64_t i = 0; i < t->rows_pad; ++i) {
+        m[i] = -(real)INFINITY;
+        l[i] = 0;
+    }
+    for (int64_t x = 0; x < t->rows_pad * dvp; ++x) O[x] = 0;
+}
+
+/* The visible key tiles [kb0, kb1) of a row tile, cut to split `split` of
+ * `splits` (nearly equal parts in order; some may be empty). */
+static void fc_fwd_split_range(const flashc_problem *p, const fc_tile_ctx *t, int64_t split,
+                               int64_t splits, int64_t *kb0, int64_t *kb1) {
+    fc_visible_key_tiles(p, t, kb0, kb1);
+    if (splits > 1) {
+        int64_t n = *kb1 - *kb0, first = *kb0;
+        *kb0 = first + n * split / splits;
+        *kb1 = first + n * (split + 1) / splits;
+    }
+}
+
+/* A row tile's result: as out and LSE, or (partial not NULL) as a split's
+ * partial result for fc_forward_combine. */
+static void fc_fwd_finish_rows(const flashc_problem *p, const fc_tile_ctx *t, const flashc_seq_info *seq,
+                               real *O, int64_t dvp, const real *m, const real *l,
+                               const fc_fwd_partial *partial) {
+    if (!partial) {
+        fc_fwd_store_rows(p, t, seq, O, dvp, m, l);
+        return;
+    }
+    for (int64_t i = 0; i < t->rows; ++i) {
+        partial->m[i] = m[i];
+        partial->l[i] = l[i];
+        for (int64_t x = 0; x < dvp; ++x) partial->O[i * dvp + x] = O[i * dvp + x];
+    }
+}
+
 /* Row tile rb of heads h .. h + heads - 1 of sequence b (rows: fc_tile_ctx),
  * over split `split` of `splits` of its visible key tiles: stored as out
  * and LSE when unsplit, else as the split's partial result. */
@@ -320,19 +357,10 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
     if (dots)
         for (int64_t i = 0; i < t.rows; ++i)
             for (int64_t x = 0; x < d; ++x) s->Qr[i * d + x] = s->Qt[x * FC_BM + i];
-    for (int i = 0; i < t.rows_pad; ++i) {
-        s->m[i] = -(real)INFINITY;
-        s->l[i] = 0;
-    }
-    for (int64_t x = 0; x < t.rows_pad * dvp; ++x) s->O[x] = 0;
+    fc_fwd_start_rows(&t, s->m, s->l, s->O, dvp);
 
     int64_t kb0, kb1;
-    fc_visible_key_tiles(p, &t, &kb0, &kb1);
-    if (splits > 1) {
-        int64_t n = kb1 - kb0, first = kb0;
-        kb0 = first + n * split / splits;
-        kb1 = first + n * (split + 1) / splits;
-    }
+    fc_fwd_split_range(p, &t, split, splits, &kb0, &kb1);
     for (int64_t kb = kb0; kb < kb1; ++kb) {
         fc_set_key_tile(&t, kb);
         if (kb + 1 < kb1 && t.rows_pad <= FC_BM / 2) {
@@ -354,15 +382,8 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
                     dvp, 1);
     }
 
-    if (partial) {
-        for (int64_t i = 0; i < t.rows; ++i) {
-            partial->m[i] = s->m[i];
-            partial->l[i] = s->l[i];
-            for (int64_t x = 0; x < dvp; ++x) partial->O[i * dvp + x] = s->O[i * dvp + x];
-        }
-        return;
-    }
-    fc_fwd_store_rows(p, &t, &seq, s->O, dvp, s->m, s->l);
+    fc_fwd_finish_rows(p, &t, &seq, s->O, dvp, s->m, s->l, partial);
+    /* (never split: fc_fwd_key_splits) */
     if (p->s_dmask.data) fc_fwd_write_sdmask(p, t, hk, &seq, s, kb0, kb1);
 }
 
@@ -429,12 +450,19 @@ static fc_fwd_group fc_fwd_group_at(real *base, int64_t bm, int64_t d, int64_t d
     return g;
 }
 
-/* Element pointer of key c (of the sequence) of kv head hk in k or v. */
-static const char *fc_fwd_key_row(const flashc_problem *p, const flashc_seq_tensor *t,
-                                  const flashc_seq_info *seq, int64_t b, int64_t c, int64_t hk) {
+/* Key c (of the sequence) of kv head hk in k or v as n_pad reals: the
+ * tensor's own row where it holds reals and n == n_pad, else its n elements
+ * widened into tmp, zero up to n_pad. */
+static const real *fc_fwd_real_row(const flashc_problem *p, const flashc_seq_tensor *t,
+                                   const flashc_seq_info *seq, int64_t b, int64_t c, int64_t hk,
+                                   int64_t n, int64_t n_pad, real *tmp) {
     int64_t offset = flashc_problem_key_offset(p, t, b, seq->k_batch, seq->k_start + c) +
                      hk * t->head_stride;
-    return fc_elem(t->data, t->dtype, offset);
+    const char *row = fc_elem(t->data, t->dtype, offset);
+    if (t->dtype == FC_NATIVE_DTYPE && n == n_pad) return (const real *)row;
+    fc_load_row(tmp, row, t->dtype, n, 1);
+    for (int64_t x = n; x < n_pad; ++x) tmp[x] = 0;
+    return tmp;
 }
 
 /* The whole-rows path (fc_fwd_plan): split `split` of `splits` of sequence
@@ -450,8 +478,6 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
     const int64_t d = p->head_dim, dv = p->head_dim_v, dvp = fc_round_vl(dv);
     const int64_t heads = pl->heads, groups = pl->tiles_h, group_size = p->nheads / p->nheads_k;
     const int64_t stride = fc_fwd_group_state(bm, d, dvp), splits = pl->splits;
-    const int k_in_place = p->k.dtype == FC_NATIVE_DTYPE;
-    const int v_in_place = p->v.dtype == FC_NATIVE_DTYPE && dv == dvp;
 
     fc_tile_ctx t = fc_make_ctx(p, b, 0, heads, &seq, 0);
     const int rows = (int)t.rows;
@@ -461,31 +487,18 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
                                 fc_query_scale(p), s->row_tmp);
         for (int64_t i = 0; i < t.rows; ++i)
             for (int64_t x = 0; x < d; ++x) g.Qr[i * d + x] = s->Qt[x * FC_BM + i];
-        for (int64_t i = 0; i < t.rows_pad; ++i) {
-            g.m[i] = -(real)INFINITY;
-            g.l[i] = 0;
-        }
-        for (int64_t x = 0; x < t.rows_pad * dvp; ++x) g.O[x] = 0;
+        fc_fwd_start_rows(&t, g.m, g.l, g.O, dvp);
     }
 
     int64_t kb0, kb1;
-    fc_visible_key_tiles(p, &t, &kb0, &kb1); /* the same for every group: rows decide */
-    if (splits > 1) {
-        int64_t n = kb1 - kb0, first = kb0;
-        kb0 = first + n * split / splits;
-        kb1 = first + n * (split + 1) / splits;
-    }
+    fc_fwd_split_range(p, &t, split, splits, &kb0, &kb1); /* every group's: rows decide */
     for (int64_t kb = kb0; kb < kb1; ++kb) {
         fc_set_key_tile(&t, kb);
         for (int64_t j = 0; j < t.cols; ++j)
             for (int64_t hg = 0; hg < groups; ++hg) {
                 fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
-                const char *row = fc_fwd_key_row(p, &p->k, &seq, b, t.c0 + j, hg * heads / group_size);
-                const real *key = (const real *)row;
-                if (!k_in_place) {
-                    fc_load_row(s->row_tmp, row, p->k.dtype, d, 1);
-                    key = s->row_tmp;
-                }
+                const real *key = fc_fwd_real_row(p, &p->k, &seq, b, t.c0 + j, hg * heads / group_size,
+                                                  d, d, s->row_tmp);
                 fc_dots(rows, 1, (int)d, g.Qr, d, key, 0, g.S + j * FC_BM, FC_BM);
             }
         for (int64_t hg = 0; hg < groups; ++hg) {
@@ -503,13 +516,8 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
         for (int64_t j = 0; j < t.cols; ++j)
             for (int64_t hg = 0; hg < groups; ++hg) {
                 fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
-                const char *row = fc_fwd_key_row(p, &p->v, &seq, b, t.c0 + j, hg * heads / group_size);
-                const real *value = (const real *)row;
-                if (!v_in_place) {
-                    fc_load_row(s->row_tmp, row, p->v.dtype, dv, 1);
-                    for (int64_t x = dv; x < dvp; ++x) s->row_tmp[x] = 0;
-                    value = s->row_tmp;
-                }
+                const real *value = fc_fwd_real_row(p, &p->v, &seq, b, t.c0 + j, hg * heads / group_size,
+                                                    dv, dvp, s->row_tmp);
                 fc_rows_times_panel(rows, (int)dvp, 1, g.S + j * FC_BM, 1, FC_BM, value, 0, g.O, dvp);
             }
     }
@@ -517,17 +525,9 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
     for (int64_t hg = 0; hg < groups; ++hg) {
         fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
         fc_tile_ctx tg = fc_make_ctx(p, b, hg * heads, heads, &seq, 0);
-        if (splits > 1) {
-            fc_fwd_partial part =
-                fc_fwd_partial_at(partials, (b * groups + hg) * splits + split, pl->rows, dvp);
-            for (int64_t i = 0; i < tg.rows; ++i) {
-                part.m[i] = g.m[i];
-                part.l[i] = g.l[i];
-                for (int64_t x = 0; x < dvp; ++x) part.O[i * dvp + x] = g.O[i * dvp + x];
-            }
-        } else {
-            fc_fwd_store_rows(p, &tg, &seq, g.O, dvp, g.m, g.l);
-        }
+        fc_fwd_partial part;
+        if (splits > 1) part = fc_fwd_partial_at(partials, (b * groups + hg) * splits + split, pl->rows, dvp);
+        fc_fwd_finish_rows(p, &tg, &seq, g.O, dvp, g.m, g.l, splits > 1 ? &part : NULL);
     }
 }
 
