@@ -1,11 +1,16 @@
 /* Forward kernel body, compiled once per variant (see variant.h).
  *
- * One task = (sequence, query head, tile of FC_BM query rows). The task
- * packs its queries transposed (pre-scaled so logits come out in log2
- * units), then walks the key tiles its rows can see (monotone mask bounds:
- * hidden tiles are never touched), with an online softmax kept as vectors
- * over the rows. Masking runs only on tiles the mask cuts. O is
- * accumulated in a real tile; memory is O(tile), never O(N^2). */
+ * One task = (sequence, query heads, tile of FC_BM query rows, key split):
+ * one head per tile, or a kv head's group of query heads packed per row
+ * position when the queries are few (fc_fwd_packed_heads). The task packs
+ * its queries transposed (pre-scaled so logits come out in log2 units),
+ * then walks the key tiles its rows can see (monotone mask bounds: hidden
+ * tiles are never touched), with an online softmax kept as vectors over
+ * the rows. Masking runs only on tiles the mask cuts. O is accumulated in
+ * a real tile; memory is O(tile), never O(N^2). Few row tiles split their
+ * keys into tasks combined through the LSE (fc_fwd_key_splits); a decoding
+ * step runs one task per sequence and split over all its head groups
+ * (fc_fwd_plan's whole rows). */
 #ifndef FLASHC_CPU_FORWARD_IMPL_H
 #define FLASHC_CPU_FORWARD_IMPL_H
 
