@@ -11,6 +11,10 @@
  * Register budget per thread (float32 accumulators): dK + dV =
  * BLOCK_N * 2 * HEAD_DIM / (32 WARPS) live through the whole loop, S + dP =
  * 2 BLOCK_M BLOCK_N / (32 WARPS), one dQ chunk = BLOCK_M DQ_CHUNK / (32 WARPS).
+ * DQ_ONE_BLOCK: the dQ chunks unrolled and predicated, one basic block
+ * with dV / dK (bwd_kernel.cuh; d128 only: +1 to +3.5 % there on the H200,
+ * through flashc_bench and the Python package alike; d64 -6.5 %, d256 -2 %:
+ * bench/NOTES.md "dQ in one block").
  * SWIZZLE: K, V, Q, dO tiles swizzled where the head dim allows
  * (smem_tile.cuh), else rows padded by 16 bytes. Swizzled measured on the
  * H200 (bench/NOTES.md "swizzled tiles"): +5 % at d256, -1.5 % at d64
@@ -29,19 +33,19 @@
 
 #include "fwd_config.h"
 
-#define FLASHC_BWD_CONFIGS(X)                                                                   \
-    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK SWIZZLE SMALL */  \
-    X(64, 128, 128, 8, 4, 4, 4, 32, 0, 0)                                                       \
-    X(96, 64, 128, 8, 2, 4, 4, 48, 0, 0)                                                        \
-    X(128, 64, 128, 8, 2, 4, 4, 32, 0, 0)                                                       \
-    X(192, 64, 64, 8, 2, 2, 4, 32, 0, 0)                                                        \
-    X(256, 64, 64, 8, 2, 2, 4, 32, 1, 0)                                                        \
-    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */            \
-    X(64, 64, 128, 8, 2, 4, 4, 32, 0, 1)                                                        \
-    X(96, 64, 64, 8, 2, 4, 4, 48, 0, 1)                                                         \
-    X(128, 64, 64, 8, 2, 2, 4, 32, 0, 1)                                                        \
-    X(192, 32, 64, 8, 2, 2, 2, 48, 0, 1)                                                        \
-    X(256, 32, 32, 4, 2, 2, 2, 32, 1, 1)
+#define FLASHC_BWD_CONFIGS(X)                                                                                \
+    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK DQ_ONE_BLOCK SWIZZLE SMALL */  \
+    X(64, 128, 128, 8, 4, 4, 4, 32, 0, 0, 0)                                                                 \
+    X(96, 64, 128, 8, 2, 4, 4, 48, 0, 0, 0)                                                                  \
+    X(128, 64, 128, 8, 2, 4, 4, 32, 1, 0, 0)                                                                 \
+    X(192, 64, 64, 8, 2, 2, 4, 32, 0, 0, 0)                                                                  \
+    X(256, 64, 64, 8, 2, 2, 4, 32, 0, 1, 0)                                                                  \
+    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */                         \
+    X(64, 64, 128, 8, 2, 4, 4, 32, 0, 0, 1)                                                                  \
+    X(96, 64, 64, 8, 2, 4, 4, 48, 0, 0, 1)                                                                   \
+    X(128, 64, 64, 8, 2, 2, 4, 32, 0, 0, 1)                                                                  \
+    X(192, 32, 64, 8, 2, 2, 2, 48, 0, 0, 1)                                                                  \
+    X(256, 32, 32, 4, 2, 2, 2, 32, 0, 1, 1)
 
 /* The compiled head dims, smallest first. */
 #define FLASHC_BWD_HEAD_DIMS(X) X(64) X(96) X(128) X(192) X(256)
@@ -50,13 +54,14 @@ template <int HEAD_DIM, bool SMALL = false>
 struct flashc_bwd_config {
     static constexpr bool COMPILED = false;
 };
-#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, KVWN, QWM, DQC, SWZ, SM)                    \
+#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, KVWN, QWM, DQC, DQ1, SWZ, SM)               \
     template <>                                                                                 \
     struct flashc_bwd_config<D, SM> {                                                           \
         static constexpr bool COMPILED = true;                                                  \
         static constexpr int BLOCK_M = BM, BLOCK_N = BN, WARPS = W;                             \
         static constexpr int S_WARPS_M = SWM, KV_WARPS_N = KVWN, Q_WARPS_M = QWM;               \
         static constexpr int DQ_CHUNK = DQC;                                                    \
+        static constexpr bool DQ_ONE_BLOCK = DQ1;                                               \
         static constexpr bool SWIZZLE = SWZ;                                                    \
     };
 FLASHC_BWD_CONFIGS(FLASHC_BWD_CONFIG_STRUCT)

@@ -82,8 +82,24 @@ static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float 
             }
 }
 
+/* The same adds for any head dim, each pair predicated on its columns
+ * rather than skipped (no branch: DQ_ONE_BLOCK's one basic block). */
+template <int ROW_ATOMS, int COL_ATOMS>
+static __device__ __forceinline__ void flashc_bwd_add_dq_pred(float *dq, const float (&acc)[ROW_ATOMS][COL_ATOMS][4],
+                                                              int stride, int cols_left) {
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float *row = dq + (int64_t)(16 * i + 8 * half) * stride;
+#pragma unroll
+            for (int j = 0; j < COL_ATOMS; ++j)
+                if (8 * j < cols_left) flashc_red_add2(row + 8 * j, acc[i][j][2 * half], acc[i][j][2 * half + 1]);
+        }
+}
+
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,
-          int Q_WARPS_M, int DQ_CHUNK, bool SWIZZLE, bool GENERAL>
+          int Q_WARPS_M, int DQ_CHUNK, bool DQ_ONE_BLOCK, bool SWIZZLE, bool GENERAL>
 __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_bwd_params p, int stages) {
     constexpr int THREADS = WARPS * 32;
     typedef flashc_smem_tile<HEAD_DIM, SWIZZLE> LD; /* Q, dO, K, V tiles */
@@ -287,22 +303,47 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
              * sequence add zeros into the tile's padding rows of the
              * workspace (bwd_workspace.h), so they need no test */
             float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
+            if constexpr (DQ_ONE_BLOCK) {
+                /* the chunks unrolled, those past the head dim predicated
+                 * off rather than skipped, so dV / dK / dQ are one basic
+                 * block; the lane's dQ addresses come from a lane id read
+                 * here, which ptxas cannot hoist and keep live through S / dP */
+                int dq_lane;
+                asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(dq_lane));
+                const int dq_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32), 0);
+                const int dq_row0 = (dq_warp / Q_WARPS_D) * Q_ROWS, dq_dim0 = (dq_warp % Q_WARPS_D) * Q_DIMS;
+#pragma unroll
+                for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
+                    const int dim0 = dq_dim0 + c0;
+                    float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
+                    flashc_zero_acc(acc_dq[0]);
+                    const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, dq_lane, dq_row0, 0)};
+                    const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, dq_lane, 0, dim0)};
+                    flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD,
+                                      1>(acc_dq, a_q, b_q);
+                    float *dq_at =
+                        dq_rows + (int64_t)(dq_row0 + dq_lane / 4) * p.fwd.head_dim + dim0 + 2 * (dq_lane % 4);
+                    flashc_bwd_add_dq_pred<Q_ROW_ATOMS, DQ_COL_ATOMS>(dq_at, acc_dq[0], p.fwd.head_dim,
+                                                                      p.fwd.head_dim - dim0 - 2 * (dq_lane % 4));
+                }
+            } else {
 #pragma unroll 1
-            for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
-                const int dim0 = q_dim0 + c0;
-                if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
-                float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
-                flashc_zero_acc(acc_dq[0]);
-                const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0)};
-                const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, dim0)};
-                flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD,
-                                  1>(acc_dq, a_q, b_q);
-                float *dq_lane = dq_rows + (int64_t)(q_row0 + g) * p.fwd.head_dim + dim0 + 2 * t;
-                if (p.fwd.head_dim == HEAD_DIM)
-                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane, acc_dq[0], 0, 0);
-                else
-                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, 0>(dq_lane, acc_dq[0], p.fwd.head_dim,
-                                                                    p.fwd.head_dim - dim0 - 2 * t);
+                for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
+                    const int dim0 = q_dim0 + c0;
+                    if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
+                    float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
+                    flashc_zero_acc(acc_dq[0]);
+                    const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0)};
+                    const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, dim0)};
+                    flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD,
+                                      1>(acc_dq, a_q, b_q);
+                    float *dq_lane = dq_rows + (int64_t)(q_row0 + g) * p.fwd.head_dim + dim0 + 2 * t;
+                    if (p.fwd.head_dim == HEAD_DIM)
+                        flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane, acc_dq[0], 0, 0);
+                    else
+                        flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, 0>(dq_lane, acc_dq[0], p.fwd.head_dim,
+                                                                        p.fwd.head_dim - dim0 - 2 * t);
+                }
             }
 
             if (stages == 1 && it + 1 < iters) {
