@@ -12,7 +12,7 @@
  * BLOCK_N * 2 * HEAD_DIM / (32 WARPS) live through the whole loop, S + dP =
  * 2 BLOCK_M BLOCK_N / (32 WARPS), one dQ chunk = BLOCK_M DQ_CHUNK / (32 WARPS).
  * DQ_ONE_BLOCK: the dQ chunks unrolled and predicated, one basic block
- * with dV / dK (bwd_kernel.cuh; d128 only: +1 to +3.5 % there on the H200,
+ * with dV / dK (bwd_kernel.cuh; d128 only: +1 to +2 % there on the H200,
  * through flashc_bench and the Python package alike; d64 -6.5 %, d256 -2 %:
  * bench/NOTES.md "dQ in one block").
  * SWIZZLE: K, V, Q, dO tiles swizzled where the head dim allows
