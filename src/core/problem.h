@@ -153,10 +153,11 @@ static inline int64_t flashc_problem_key_offset(const flashc_problem *p,
     return k_batch * t->batch_stride + c * t->row_stride;
 }
 
-/* ALiBi slope of (b, h), 0 when ALiBi is off. */
-static inline float flashc_problem_alibi_slope(const flashc_problem *p, int64_t b, int64_t h) {
-    if (!p->alibi_slopes) return 0.0f;
-    return p->alibi_slopes[b * p->alibi_batch_stride + h * p->alibi_head_stride];
+/* ALiBi slopes of sequence b from head h on (head h + k's at
+ * [k * alibi_head_stride]), NULL when ALiBi is off. */
+static inline const float *flashc_problem_alibi_slopes(const flashc_problem *p, int64_t b, int64_t h) {
+    if (!p->alibi_slopes) return NULL;
+    return p->alibi_slopes + b * p->alibi_batch_stride + h * p->alibi_head_stride;
 }
 
 #endif

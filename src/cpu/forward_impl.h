@@ -96,13 +96,11 @@ static fc_fwd_plan fc_fwd_plan_of(const flashc_problem *p) {
     pl.tiles_h = p->nheads / pl.heads;
     pl.nrb = (p->seqlen_q + pl.positions - 1) / pl.positions;
     pl.ntiles = p->batch * pl.tiles_h * pl.nrb;
-    pl.rows = pl.heads * (p->seqlen_q < pl.positions ? (p->seqlen_q > 0 ? p->seqlen_q : 1) : pl.positions);
-    pl.whole_rows = 0;
-    if (pl.nrb == 1 && pl.tiles_h > 1 && p->dropout_p == 0 && !p->s_dmask.data) {
-        fc_tile_ctx t = {.heads = pl.heads, .sq = p->seqlen_q > 0 ? p->seqlen_q : 1};
-        fc_set_row_tile(&t, 0);
-        pl.whole_rows = fc_fwd_rows_as_dots(&t, p->head_dim);
-    }
+    fc_tile_ctx first = {.heads = pl.heads, .sq = p->seqlen_q > 0 ? p->seqlen_q : 1};
+    fc_set_row_tile(&first, 0); /* a problem's first row tile has its most rows */
+    pl.rows = first.rows;
+    pl.whole_rows = pl.nrb == 1 && pl.tiles_h > 1 && p->dropout_p == 0 && !p->s_dmask.data &&
+                    fc_fwd_rows_as_dots(&first, p->head_dim);
     /* a whole-rows task covers a sequence's head groups: splits for its tasks */
     pl.splits = fc_fwd_key_splits(p, pl.whole_rows ? p->batch : pl.ntiles);
     return pl;
@@ -141,7 +139,7 @@ static fc_tile_ctx fc_make_ctx(const flashc_problem *p, int64_t b, int64_t h, in
     fc_set_row_tile(&t, r0);
     t.c0 = t.cols = t.cols_pad = 0;
     t.softcap_log2 = p->softcap > 0 ? (real)(p->softcap * FC_LOG2E) : 0;
-    t.alibi = p->alibi_slopes ? p->alibi_slopes + b * p->alibi_batch_stride + h * p->alibi_head_stride : NULL;
+    t.alibi = flashc_problem_alibi_slopes(p, b, h);
     t.alibi_step = p->alibi_head_stride;
     return t;
 }
@@ -173,6 +171,13 @@ static int fc_fwd_rows_as_dots(const fc_tile_ctx *t, int64_t d) {
     return t->rows * ((d + VL - 1) / VL + hsum) < d * t->rows_pad / VL;
 }
 
+/* The padding rows and columns of a logit tile the row-by-row products
+ * left unwritten, zero (the mask then hides them). */
+static void fc_fwd_zero_padding(const fc_tile_ctx *t, real *S) {
+    for (int64_t j = 0; j < t->cols_pad; ++j)
+        for (int64_t i = j < t->cols ? t->rows : 0; i < t->rows_pad; ++i) S[j * FC_BM + i] = 0;
+}
+
 /* Logits (log2 units, masked) of key tile t->c0 against the packed queries
  * (in s->Qr as rows, too, where the tile's products run row by row). */
 static void fc_fwd_logit_tile(const flashc_problem *p, const fc_tile_ctx *t, int64_t hk,
@@ -180,10 +185,8 @@ static void fc_fwd_logit_tile(const flashc_problem *p, const fc_tile_ctx *t, int
     int64_t d = p->head_dim;
     fc_panel k = fc_key_panel(s->K, d, t->cols_pad, p, &p->k, t->b, seq, t->c0, t->cols, hk, d, 0);
     if (fc_fwd_rows_as_dots(t, d)) {
-        /* the padding rows and columns are masked below */
         fc_dots((int)t->rows, (int)t->cols, (int)d, s->Qr, d, k.data, k.ld, s->S, FC_BM);
-        for (int64_t j = 0; j < t->cols_pad; ++j)
-            for (int64_t i = j < t->cols ? t->rows : 0; i < t->rows_pad; ++i) s->S[j * FC_BM + i] = 0;
+        fc_fwd_zero_padding(t, s->S);
     } else {
         fc_gemm((int)t->cols_pad, (int)t->rows_pad, (int)d, k.data, k.ld, 1, s->Qt, FC_BM, s->S,
                 FC_BM, 0);
@@ -356,12 +359,14 @@ static void fc_forward_tile(const flashc_problem *p, int64_t b, int64_t h, int64
     int64_t hk = h / (p->nheads / p->nheads_k);
     fc_tile_ctx t = fc_make_ctx(p, b, h, heads, &seq, r0);
 
-    fc_pack_rows_transposed(s->Qt, &p->q, b, seq.q_start + r0, t.rows, t.rows_pad, h, heads, d,
-                            fc_query_scale(p), s->row_tmp);
+    /* the queries in the layout the logits read: rows for the dots,
+     * transposed for fc_gemm */
     const int dots = fc_fwd_rows_as_dots(&t, d);
     if (dots)
-        for (int64_t i = 0; i < t.rows; ++i)
-            for (int64_t x = 0; x < d; ++x) s->Qr[i * d + x] = s->Qt[x * FC_BM + i];
+        fc_pack_rows(s->Qr, d, t.rows, &p->q, b, seq.q_start + r0, t.rows, h, heads, d, fc_query_scale(p));
+    else
+        fc_pack_rows_transposed(s->Qt, &p->q, b, seq.q_start + r0, t.rows, t.rows_pad, h, heads, d,
+                                fc_query_scale(p), s->row_tmp);
     fc_fwd_start_rows(&t, s->m, s->l, s->O, dvp);
 
     int64_t kb0, kb1;
@@ -461,9 +466,7 @@ static fc_fwd_group fc_fwd_group_at(real *base, int64_t bm, int64_t d, int64_t d
 static const real *fc_fwd_real_row(const flashc_problem *p, const flashc_seq_tensor *t,
                                    const flashc_seq_info *seq, int64_t b, int64_t c, int64_t hk,
                                    int64_t n, int64_t n_pad, real *tmp) {
-    int64_t offset = flashc_problem_key_offset(p, t, b, seq->k_batch, seq->k_start + c) +
-                     hk * t->head_stride;
-    const char *row = fc_elem(t->data, t->dtype, offset);
+    const char *row = fc_key_row(p, t, b, seq, c, hk);
     if (t->dtype == FC_NATIVE_DTYPE && n == n_pad) return (const real *)row;
     fc_load_row(tmp, row, t->dtype, n, 1);
     for (int64_t x = n; x < n_pad; ++x) tmp[x] = 0;
@@ -488,10 +491,7 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
     const int rows = (int)t.rows;
     for (int64_t hg = 0; hg < groups; ++hg) {
         fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
-        fc_pack_rows_transposed(s->Qt, &p->q, b, seq.q_start, t.rows, t.rows_pad, hg * heads, heads, d,
-                                fc_query_scale(p), s->row_tmp);
-        for (int64_t i = 0; i < t.rows; ++i)
-            for (int64_t x = 0; x < d; ++x) g.Qr[i * d + x] = s->Qt[x * FC_BM + i];
+        fc_pack_rows(g.Qr, d, t.rows, &p->q, b, seq.q_start, t.rows, hg * heads, heads, d, fc_query_scale(p));
         fc_fwd_start_rows(&t, g.m, g.l, g.O, dvp);
     }
 
@@ -510,9 +510,7 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
             fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
             fc_tile_ctx tg = fc_make_ctx(p, b, hg * heads, heads, &seq, 0);
             fc_set_key_tile(&tg, kb);
-            /* the padding rows and columns are masked below */
-            for (int64_t j = 0; j < tg.cols_pad; ++j)
-                for (int64_t i = j < tg.cols ? tg.rows : 0; i < tg.rows_pad; ++i) g.S[j * FC_BM + i] = 0;
+            fc_fwd_zero_padding(&tg, g.S);
             fc_tile_logits(g.S, NULL, &tg);
             if (!fc_tile_fully_visible(p, &tg)) fc_tile_mask(g.S, p, &tg);
             fc_fwd_online_softmax(&tg, g.S, g.m, g.l, g.alpha);

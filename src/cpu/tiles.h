@@ -75,15 +75,18 @@ static inline int64_t fc_row_offset(const flashc_row_tensor *t, int64_t b, int64
 }
 
 /* rows x n rows of a sequence tensor into dst[i * ld + x] (scaled), rows up
- * to `rows_pad` and columns up to `ld` zero. */
+ * to `rows_pad` and columns up to `ld` zero. With heads > 1 the rows are
+ * `heads` query heads packed per row position: row i is row row0 + i / heads
+ * of head h + i % heads (fc_tile_ctx). */
 static void fc_pack_rows(real *dst, int64_t ld, int64_t rows_pad, const flashc_seq_tensor *t,
-                         int64_t b, int64_t row0, int64_t rows, int64_t h, int64_t n, real scale) {
+                         int64_t b, int64_t row0, int64_t rows, int64_t h, int64_t heads, int64_t n,
+                         real scale) {
     for (int64_t i = 0; i < rows_pad; ++i) {
         real *d = dst + i * ld;
         int64_t x = 0;
         if (i < rows) {
-            fc_load_row(d, fc_elem(t->data, t->dtype, fc_seq_offset(t, b, row0 + i, h)), t->dtype, n,
-                        scale);
+            int64_t offset = fc_seq_offset(t, b, row0 + i / heads, h + i % heads);
+            fc_load_row(d, fc_elem(t->data, t->dtype, offset), t->dtype, n, scale);
             x = n;
         }
         for (; x < ld; ++x) d[x] = 0;
@@ -114,11 +117,20 @@ static fc_panel fc_tile_panel(real *dst, int64_t ld_packed, int64_t rows_pad,
         panel.data = (const real *)t->data + fc_seq_offset(t, b, row0, h);
         panel.ld = (ptrdiff_t)t->row_stride;
     } else {
-        fc_pack_rows(dst, ld_packed, rows_pad, t, b, row0, rows, h, n, 1);
+        fc_pack_rows(dst, ld_packed, rows_pad, t, b, row0, rows, h, 1, n, 1);
         panel.data = dst;
         panel.ld = (ptrdiff_t)ld_packed;
     }
     return panel;
+}
+
+/* Key j of sequence b (seq: flashc_problem_seq), head h, of k or v: its
+ * first element, from the sequence's cache batch or through the block
+ * table. */
+static const char *fc_key_row(const flashc_problem *p, const flashc_seq_tensor *t, int64_t b,
+                              const flashc_seq_info *seq, int64_t j, int64_t h) {
+    int64_t offset = flashc_problem_key_offset(p, t, b, seq->k_batch, seq->k_start + j) + h * t->head_stride;
+    return fc_elem(t->data, t->dtype, offset);
 }
 
 /* Keys j0 .. j0 + rows - 1 of sequence b (seq: flashc_problem_seq) of k or
@@ -142,8 +154,7 @@ static fc_panel fc_key_panel(real *dst, int64_t ld_packed, int64_t rows_pad, con
         real *d = dst + i * ld_packed;
         int64_t x = 0;
         if (i < rows) {
-            int64_t off = flashc_problem_key_offset(p, t, b, 0, c0 + i) + h * t->head_stride;
-            fc_load_row(d, fc_elem(t->data, t->dtype, off), t->dtype, n, 1);
+            fc_load_row(d, fc_key_row(p, t, b, seq, j0 + i, h), t->dtype, n, 1);
             x = n;
         }
         for (; x < ld_packed; ++x) d[x] = 0;
@@ -164,9 +175,7 @@ static void fc_prefetch_keys(const flashc_problem *p, const flashc_seq_tensor *t
                              int64_t n) {
     int64_t bytes = n * (int64_t)flashc_dtype_size(t->dtype);
     for (int64_t i = 0; i < rows; ++i) {
-        int64_t offset = flashc_problem_key_offset(p, t, b, seq->k_batch, seq->k_start + j0 + i) +
-                         h * t->head_stride;
-        const char *row = fc_elem(t->data, t->dtype, offset);
+        const char *row = fc_key_row(p, t, b, seq, j0 + i, h);
         for (int64_t x = 0; x < bytes; x += 64) __builtin_prefetch(row + x, 0, 2);
     }
 }
