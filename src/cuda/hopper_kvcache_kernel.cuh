@@ -20,8 +20,12 @@
  *   barrier
  *   thread 0: step i + STAGES - 1's boxes into the stage step i - 1 used
  *   coordinates of step i + STAGES (block-table reads), a thread per box row
- *   S = Q K^T on this warp's keys, logit rule and mask
- *   online softmax, P rounded, O += P V */
+ *   S = Q K^T on this warp's keys (Q fragments held in registers), logit
+ *   rule and mask
+ *   online softmax, P rounded, O += P V
+ * A step is a few hundred instructions per warp and memory-bound only while
+ * two CTAs per SM keep their pipelines full, so its path is kept short: no
+ * division, Q read from shared memory once, the box issue unrolled. */
 #ifndef FLASHC_CUDA_HOPPER_KVCACHE_KERNEL_CUH
 #define FLASHC_CUDA_HOPPER_KVCACHE_KERNEL_CUH
 
@@ -126,17 +130,24 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
         const int2 *ring = sCoords + (step & 1) * H::MAX_PIECES;
         const uint32_t bar = bars + 8u * (uint32_t)stage;
         const uint32_t sK = stages_addr + (uint32_t)stage * H::STAGE_BYTES, sV = sK + H::K_BYTES;
+        /* unrolled over the most pieces a step has (pieces is 1, 2 or 4):
+         * no loop, and this thread's issue is on every step's path */
+        int2 c[H::MAX_PIECES];
         int live = 0;
-        for (int i = 0; i < pieces; ++i) live += ring[i].x >= 0;
+#pragma unroll
+        for (int i = 0; i < H::MAX_PIECES; ++i) {
+            c[i] = i < pieces ? ring[i] : make_int2(-1, 0);
+            live += c[i].x >= 0;
+        }
         flashc_mbarrier_expect_bytes(bar, (uint32_t)(live * box_rows * 128 * 2 * H::BOXES));
-        for (int i = 0; i < pieces; ++i) {
-            const int2 c = ring[i];
-            if (c.x < 0) continue;
+#pragma unroll
+        for (int i = 0; i < H::MAX_PIECES; ++i) {
+            if (c[i].x < 0) continue;
 #pragma unroll
             for (int box = 0; box < H::BOXES; ++box) {
                 const uint32_t at = (uint32_t)(box * BLOCK_N * 128 + i * box_rows * 128);
-                flashc_tma_load_4d(sK + at, &k_map, 64 * box, c.x, head_k, c.y, bar);
-                flashc_tma_load_4d(sV + at, &v_map, 64 * box, c.x, head_k, c.y, bar);
+                flashc_tma_load_4d(sK + at, &k_map, 64 * box, c[i].x, head_k, c[i].y, bar);
+                flashc_tma_load_4d(sV + at, &v_map, 64 * box, c[i].x, head_k, c[i].y, bar);
             }
         }
     };
@@ -162,9 +173,15 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
             if (s + 1 < steps) compute_coords(s + 1);
         }
         if (STAGES < steps && (int)threadIdx.x < pieces) pending = fetch_coords(STAGES);
-        flashc_cp_async_wait<0>(); /* Q; visible to all after the loop's first barrier */
-
-        const uint32_t q_addr = flashc_smem_addr(sQ + (warp_m * 16 + lane % 16) * SD + (lane / 16) * 8);
+        flashc_cp_async_wait<0>();
+        __syncthreads(); /* Q visible to all */
+        /* This warp's Q fragments, read once: every step's S takes them. */
+        uint32_t q_frag[HEAD_DIM / 16][4];
+        {
+            const uint32_t q_addr = flashc_smem_addr(sQ + (warp_m * 16 + lane % 16) * SD + (lane / 16) * 8);
+#pragma unroll
+            for (int ks = 0; ks < HEAD_DIM / 16; ++ks) flashc_ldmatrix_x4(q_frag[ks], q_addr + ks * 32);
+        }
         /* ldmatrix rows of this lane: K (x4 over two key octets and two
          * column chunks), V transposed (two key octets, two column chunks). */
         const int k_row = warp_n * KEYS_PER_WARP + (lane % 8) + (lane / 16) * 8, k_chunk = (lane / 8) % 2;
@@ -198,14 +215,12 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
                 for (int e = 0; e < 4; ++e) acc_s[0][j][e] = 0.0f;
 #pragma unroll
             for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
-                uint32_t a[4];
-                flashc_ldmatrix_x4(a, q_addr + ks * 32);
 #pragma unroll
                 for (int jp = 0; jp < KEYS_PER_WARP / 16; ++jp) {
                     uint32_t bk[4];
                     flashc_ldmatrix_x4(bk, sK + flashc_hopper_kvc_swizzle<BLOCK_N>(k_row + 16 * jp, 2 * ks + k_chunk));
-                    flashc_mma16816<T>(acc_s[0][2 * jp], a, bk[0], bk[1]);
-                    flashc_mma16816<T>(acc_s[0][2 * jp + 1], a, bk[2], bk[3]);
+                    flashc_mma16816<T>(acc_s[0][2 * jp], q_frag[ks], bk[0], bk[1]);
+                    flashc_mma16816<T>(acc_s[0][2 * jp + 1], q_frag[ks], bk[2], bk[3]);
                 }
             }
             flashc_kvc_scores(acc_s, p, frag_rows, n_block * BLOCK_N + warp_n * KEYS_PER_WARP + 2 * (lane % 4),

@@ -213,7 +213,12 @@ static __device__ __forceinline__ void flashc_kvc_epilogue(const flashc_kvc_para
  * the order beyond rounding; each CTA's order is fixed. */
 struct flashc_kvc_order {
     int n_begin, steps, rotation;
-    __device__ __forceinline__ int block_of(int step) const { return n_begin + (step + rotation) % steps; }
+    /* step < steps and rotation < steps: one conditional subtract, not a
+     * division per step */
+    __device__ __forceinline__ int block_of(int step) const {
+        const int at = step + rotation;
+        return n_begin + (at >= steps ? at - steps : at);
+    }
 };
 
 static __device__ __forceinline__ flashc_kvc_order flashc_kvc_order_of(int b, int split, int n_begin, int n_end) {
