@@ -59,31 +59,58 @@ static void fc_gemm(int M, int N, int K, const real *A, ptrdiff_t sar, ptrdiff_t
  * queries), where fc_gemm would compute a whole vector of rows for each:
  * the row dimension here is a loop, the vectors run along the head dim.
  *
- * fc_dots: C[j * ldc + i] = sum_x A[i * lda + x] * B[j * ldb + x] for i <
- * rows, j < cols: each row of A against each row of B, x < K read as
- * vectors (the last K % VL elements one by one, so B may be a tensor's own
- * rows, read no further than K). */
+ * fc_dot_lanes: the dot product of a and b (K elements) as a vector whose
+ * lanes sum to it, x < K read as vectors (the last K % VL elements one by
+ * one into lane 0, so b may be a tensor's own row, read no further than K). */
+static inline vr fc_dot_lanes(const real *a, const real *b, int K) {
+    const int kv = K / VL * VL;
+    vr acc0 = vsplat(0), acc1 = vsplat(0); /* two chains: half the FMA latency */
+    int x = 0;
+    for (; x + 2 * VL <= kv; x += 2 * VL) {
+        acc0 += vload(a + x) * vload(b + x);
+        acc1 += vload(a + x + VL) * vload(b + x + VL);
+    }
+    if (x < kv) acc0 += vload(a + x) * vload(b + x);
+    acc0 += acc1;
+    real tail = 0;
+    for (x = kv; x < K; ++x) tail += a[x] * b[x];
+    acc0[0] += tail;
+    return acc0;
+}
+
+/* Dot products whose lanes are summed VL at a time (vhsums): add a
+ * product's lanes with fc_dot_batch_add, naming where its sum goes; the
+ * sums are stored when VL are pending and by fc_dot_batch_flush. */
+typedef struct fc_dot_batch {
+    vr acc[VL];
+    real *dst[VL];
+    int n;
+} fc_dot_batch;
+
+static inline void fc_dot_batch_flush(fc_dot_batch *b) {
+    if (b->n == 0) return;
+    for (int v = b->n; v < VL; ++v) b->acc[v] = vsplat(0);
+    const vr sums = vhsums(b->acc);
+    for (int v = 0; v < b->n; ++v) *b->dst[v] = sums[v];
+    b->n = 0;
+}
+
+static inline void fc_dot_batch_add(fc_dot_batch *b, vr lanes, real *dst) {
+    b->acc[b->n] = lanes;
+    b->dst[b->n] = dst;
+    if (++b->n == VL) fc_dot_batch_flush(b);
+}
+
+/* fc_dots: C[j * ldc + i] = sum_x A[i * lda + x] * B[j * ldb + x] for i <
+ * rows, j < cols: each row of A against each row of B (fc_dot_lanes). */
 static void fc_dots(int rows, int cols, int K, const real *A, ptrdiff_t lda, const real *B,
                     ptrdiff_t ldb, real *C, ptrdiff_t ldc) {
-    const int kv = K / VL * VL;
-    for (int j = 0; j < cols; ++j) {
-        const real *b = B + j * ldb;
-        for (int i = 0; i < rows; ++i) {
-            const real *a = A + i * lda;
-            vr acc0 = vsplat(0), acc1 = vsplat(0); /* two chains: half the FMA latency */
-            int x = 0;
-            for (; x + 2 * VL <= kv; x += 2 * VL) {
-                acc0 += vload(a + x) * vload(b + x);
-                acc1 += vload(a + x + VL) * vload(b + x + VL);
-            }
-            if (x < kv) acc0 += vload(a + x) * vload(b + x);
-            acc0 += acc1;
-            real sum = 0;
-            for (int l = 0; l < VL; ++l) sum += acc0[l];
-            for (x = kv; x < K; ++x) sum += a[x] * b[x];
-            C[j * ldc + i] = sum;
-        }
-    }
+    fc_dot_batch batch;
+    batch.n = 0;
+    for (int j = 0; j < cols; ++j)
+        for (int i = 0; i < rows; ++i)
+            fc_dot_batch_add(&batch, fc_dot_lanes(A + i * lda, B + j * ldb, K), C + j * ldc + i);
+    fc_dot_batch_flush(&batch);
 }
 
 /* C[i * ldc + c] += sum_x A[i * sar + x * sax] * B[x * ldb + c] for i < rows,

@@ -47,6 +47,66 @@ static inline real vhmax(vr v) {
     return m;
 }
 
+/* Lane v of the result: the sum of acc[v]'s lanes, for v < VL, all at once
+ * (acc is overwritten). log2(VL) rounds each fold pairs of vectors into
+ * one: every lane of a pair's halves added to its partner lane, the halves
+ * of the two vectors side by side. VL - 1 vector adds and twice as many
+ * shuffles for VL sums, where summing one vector's lanes in order is VL - 1
+ * dependent scalar adds. */
+#if FLASHC_CPU_REAL_DOUBLE
+#define FC_VL_PP (FLASHC_CPU_VBYTES / 8)
+#else
+#define FC_VL_PP (FLASHC_CPU_VBYTES / 4)
+#endif
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define FC_FOLD(x, y, ...) (__builtin_shufflevector(x, y, __VA_ARGS__))
+#if FC_VL_PP == 16
+#define FC_FOLD_ROUNDS(a, n)                                                                                    \
+    FC_FOLD_ROUND(a, n, 8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),                            \
+                  (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));                             \
+    FC_FOLD_ROUND(a, n, 4, (0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27),                          \
+                  (4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31));                               \
+    FC_FOLD_ROUND(a, n, 2, (0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29),                          \
+                  (2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31));                               \
+    FC_FOLD_ROUND(a, n, 1, (0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),                         \
+                  (1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31))
+#elif FC_VL_PP == 8
+#define FC_FOLD_ROUNDS(a, n)                                                                                    \
+    FC_FOLD_ROUND(a, n, 4, (0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15));                           \
+    FC_FOLD_ROUND(a, n, 2, (0, 1, 4, 5, 8, 9, 12, 13), (2, 3, 6, 7, 10, 11, 14, 15));                           \
+    FC_FOLD_ROUND(a, n, 1, (0, 2, 4, 6, 8, 10, 12, 14), (1, 3, 5, 7, 9, 11, 13, 15))
+#elif FC_VL_PP == 4
+#define FC_FOLD_ROUNDS(a, n)                                                                                    \
+    FC_FOLD_ROUND(a, n, 2, (0, 1, 4, 5), (2, 3, 6, 7));                                                         \
+    FC_FOLD_ROUND(a, n, 1, (0, 2, 4, 6), (1, 3, 5, 7))
+#endif
+#endif
+#define FC_UNPAREN(...) __VA_ARGS__
+/* one round: n vectors of VL / (2 * half) blocks -> n / 2 vectors */
+#define FC_FOLD_ROUND(a, n, half, lo, hi)                                        \
+    do {                                                                         \
+        for (int v = 0; v < (n) / 2; ++v)                                        \
+            a[v] = FC_FOLD(a[2 * v], a[2 * v + 1], FC_UNPAREN lo) +              \
+                   FC_FOLD(a[2 * v], a[2 * v + 1], FC_UNPAREN hi);               \
+        (n) /= 2;                                                                \
+    } while (0)
+
+static inline vr vhsums(vr *acc) {
+#if defined(FC_FOLD_ROUNDS)
+    int n = VL;
+    FC_FOLD_ROUNDS(acc, n);
+    return acc[0];
+#else
+    vr r;
+    for (int v = 0; v < VL; ++v) {
+        real sum = 0;
+        for (int l = 0; l < VL; ++l) sum += acc[v][l];
+        r[v] = sum;
+    }
+    return r;
+#endif
+}
+
 /* 2^x. Inputs below -126 (and -inf) give exactly 0, NaN gives NaN. The float version is a
  * degree-7 polynomial after range reduction (relative error ~1e-7); the
  * double version defers to libm so float64 results stay exact enough for
