@@ -53,6 +53,7 @@ def main():
     parser.add_argument("--dtype", default="fp32,bf16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--shape", help="only this row: Q_HEADS,KV_HEADS,BATCH,CACHE")
     parser.add_argument("--out", help="TSV file for the rows")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -65,7 +66,8 @@ def main():
     print(header)
     for dname in args.dtype.split(","):
         dtype = DTYPES[dname]
-        for h, hk, batch, cache in SHAPES:
+        shapes = [tuple(int(x) for x in args.shape.split(","))] if args.shape else SHAPES
+        for h, hk, batch, cache in shapes:
             d, sq = 128, args.queries
             q = torch.randn(batch, sq, h, d, dtype=dtype)
             k = torch.randn(batch, cache, hk, d, dtype=dtype)
