@@ -64,6 +64,15 @@ static inline uint16_t fc_float_to_half(float f) {
     return (uint16_t)(sign | (uint16_t)(a >> 13));
 }
 
+#if !FLASHC_CPU_REAL_DOUBLE
+/* VL bfloat16 elements widened to float lanes (a bfloat16 is a float's top
+ * half): in registers, for products that read a row once. */
+typedef uint16_t vbf16_u __attribute__((vector_size(FLASHC_CPU_VBYTES / 2), aligned(2), may_alias));
+static inline vr vload_bf16(const uint16_t *p) {
+    return (vr)(__builtin_convertvector(*(const vbf16_u *)p, vi) << 16);
+}
+#endif
+
 /* dst[x] = scale * src[x], x < n, src of `dtype`. */
 static inline void fc_load_row(real *dst, const void *src, flashc_dtype dtype, int64_t n,
                                real scale) {

@@ -512,6 +512,13 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
     fc_fwd_split_range(p, &t, split, splits, &kb0, &kb1); /* every group's: rows decide */
     const int64_t key_end = kb1 * FC_BN < t.sk ? kb1 * FC_BN : t.sk; /* this split's keys end */
     const int64_t ahead = fc_rows_ahead(p);
+#if !FLASHC_CPU_REAL_DOUBLE
+    /* one query row per group over bfloat16 rows of whole vectors: each
+     * cache row is read once, so it is widened in registers inside the
+     * products rather than into a staging row first */
+    const int bf16_rows = rows == 1 && p->k.dtype == FLASHC_DTYPE_BFLOAT16 && p->v.dtype == FLASHC_DTYPE_BFLOAT16 &&
+                          d % VL == 0 && dv == dvp;
+#endif
     fc_dot_batch batch; /* the tile's dot products, their lanes summed VL at a time */
     batch.n = 0;
     for (int64_t kb = kb0; kb < kb1; ++kb) {
@@ -521,6 +528,14 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
                 fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
                 if (t.c0 + j + ahead < key_end)
                     fc_prefetch_keys(p, &p->k, b, &seq, t.c0 + j + ahead, 1, hg * heads / group_size, d);
+#if !FLASHC_CPU_REAL_DOUBLE
+                if (bf16_rows) {
+                    const uint16_t *key = (const uint16_t *)fc_key_row(p, &p->k, b, &seq, t.c0 + j,
+                                                                       hg * heads / group_size);
+                    fc_dot_batch_add(&batch, fc_dot_lanes_bf16(g.Qr, key, (int)d), g.S + j * FC_BM);
+                    continue;
+                }
+#endif
                 const real *key = fc_fwd_real_row(p, &p->k, &seq, b, t.c0 + j, hg * heads / group_size,
                                                   d, d, s->row_tmp);
                 for (int i = 0; i < rows; ++i)
@@ -542,6 +557,14 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
                 fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
                 if (t.c0 + j + ahead < key_end)
                     fc_prefetch_keys(p, &p->v, b, &seq, t.c0 + j + ahead, 1, hg * heads / group_size, dv);
+#if !FLASHC_CPU_REAL_DOUBLE
+                if (bf16_rows) {
+                    const uint16_t *value = (const uint16_t *)fc_key_row(p, &p->v, b, &seq, t.c0 + j,
+                                                                         hg * heads / group_size);
+                    fc_axpy_bf16((int)dv, g.S[j * FC_BM], value, g.O);
+                    continue;
+                }
+#endif
                 const real *value = fc_fwd_real_row(p, &p->v, &seq, b, t.c0 + j, hg * heads / group_size,
                                                     dv, dvp, s->row_tmp);
                 fc_rows_times_panel(rows, (int)dvp, 1, g.S + j * FC_BM, 1, FC_BM, value, 0, g.O, dvp);

@@ -78,6 +78,26 @@ static inline vr fc_dot_lanes(const real *a, const real *b, int K) {
     return acc0;
 }
 
+#if !FLASHC_CPU_REAL_DOUBLE
+/* fc_dot_lanes against a bfloat16 row b, widened in registers (K a
+ * multiple of VL). */
+static inline vr fc_dot_lanes_bf16(const real *a, const uint16_t *b, int K) {
+    vr acc0 = vsplat(0), acc1 = vsplat(0);
+    int x = 0;
+    for (; x + 2 * VL <= K; x += 2 * VL) {
+        acc0 += vload(a + x) * vload_bf16(b + x);
+        acc1 += vload(a + x + VL) * vload_bf16(b + x + VL);
+    }
+    if (x < K) acc0 += vload(a + x) * vload_bf16(b + x);
+    return acc0 + acc1;
+}
+
+/* c[x] += s * b[x], x < N (a multiple of VL), b a bfloat16 row. */
+static inline void fc_axpy_bf16(int N, real s, const uint16_t *b, real *c) {
+    for (int x = 0; x < N; x += VL) vstore(c + x, vload(c + x) + s * vload_bf16(b + x));
+}
+#endif
+
 /* Dot products whose lanes are summed VL at a time (vhsums): add a
  * product's lanes with fc_dot_batch_add, naming where its sum goes; the
  * sums are stored when VL are pending and by fc_dot_batch_flush. */

@@ -134,10 +134,15 @@ def test_gqa_short_queries(device, h, hk, sq, feature):
                      device=device, **PACKED_FEATURES[feature]))
 
 
+# One query token over 16-bit caches: GQA, and MHA (one row per head group:
+# the CPU reads bfloat16 rows of whole vectors straight into its products,
+# other head dims through a staging row)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_gqa_decode_step_low_precision(device, dtype):
+@pytest.mark.parametrize("h,hk", [(32, 4), (6, 6)])
+@pytest.mark.parametrize("d", [128, 72])
+def test_decode_step_low_precision(device, dtype, h, hk, d):
     skip_unless_device(device, dtype)
-    run_batched(Case(sq=1, sk=300, d=128, dtype=dtype, b=3, h=32, hk=4, causal=True,
+    run_batched(Case(sq=1, sk=300, d=d, dtype=dtype, b=3, h=h, hk=hk, causal=True,
                      device=device))
 
 
