@@ -460,15 +460,21 @@ static fc_fwd_group fc_fwd_group_at(real *base, int64_t bm, int64_t d, int64_t d
     return g;
 }
 
-/* Key c (of the sequence) of kv head hk in k or v as n_pad reals: the
- * tensor's own row where it holds reals and n == n_pad, else its n elements
- * widened into tmp, zero up to n_pad. */
-static const real *fc_fwd_real_row(const flashc_problem *p, const flashc_seq_tensor *t,
-                                   const flashc_seq_info *seq, int64_t b, int64_t c, int64_t hk,
-                                   int64_t n, int64_t n_pad, real *tmp) {
-    const char *row = fc_key_row(p, t, b, seq, c, hk);
-    if (t->dtype == FC_NATIVE_DTYPE && n == n_pad) return (const real *)row;
-    fc_load_row(tmp, row, t->dtype, n, 1);
+/* Key c (of the sequence) of kv head hk in k or v (n elements), as the
+ * tensor holds it; row c + ahead is prefetched first where it is before
+ * `end`. */
+static const char *fc_fwd_cache_row(const flashc_problem *p, const flashc_seq_tensor *t,
+                                    const flashc_seq_info *seq, int64_t b, int64_t c, int64_t hk, int64_t n,
+                                    int64_t ahead, int64_t end) {
+    if (c + ahead < end) fc_prefetch_keys(p, t, b, seq, c + ahead, 1, hk, n);
+    return fc_key_row(p, t, b, seq, c, hk);
+}
+
+/* A cache row as n_pad reals: the row itself where it already is, else
+ * widened (and zero-padded) into tmp. */
+static const real *fc_fwd_real_row(const char *row, flashc_dtype dtype, int64_t n, int64_t n_pad, real *tmp) {
+    if (dtype == FC_NATIVE_DTYPE && n == n_pad) return (const real *)row;
+    fc_load_row(tmp, row, dtype, n, 1);
     for (int64_t x = n; x < n_pad; ++x) tmp[x] = 0;
     return tmp;
 }
@@ -526,18 +532,15 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
         for (int64_t j = 0; j < t.cols; ++j)
             for (int64_t hg = 0; hg < groups; ++hg) {
                 fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
-                if (t.c0 + j + ahead < key_end)
-                    fc_prefetch_keys(p, &p->k, b, &seq, t.c0 + j + ahead, 1, hg * heads / group_size, d);
+                const char *row = fc_fwd_cache_row(p, &p->k, &seq, b, t.c0 + j, hg * heads / group_size, d,
+                                                   ahead, key_end);
 #if !FLASHC_CPU_REAL_DOUBLE
                 if (bf16_rows) {
-                    const uint16_t *key = (const uint16_t *)fc_key_row(p, &p->k, b, &seq, t.c0 + j,
-                                                                       hg * heads / group_size);
-                    fc_dot_batch_add(&batch, fc_dot_lanes_bf16(g.Qr, key, (int)d), g.S + j * FC_BM);
+                    fc_dot_batch_add(&batch, fc_dot_lanes_bf16(g.Qr, (const uint16_t *)row, (int)d), g.S + j * FC_BM);
                     continue;
                 }
 #endif
-                const real *key = fc_fwd_real_row(p, &p->k, &seq, b, t.c0 + j, hg * heads / group_size,
-                                                  d, d, s->row_tmp);
+                const real *key = fc_fwd_real_row(row, p->k.dtype, d, d, s->row_tmp);
                 for (int i = 0; i < rows; ++i)
                     fc_dot_batch_add(&batch, fc_dot_lanes(g.Qr + i * d, key, (int)d), g.S + j * FC_BM + i);
             }
@@ -555,18 +558,15 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
         for (int64_t j = 0; j < t.cols; ++j)
             for (int64_t hg = 0; hg < groups; ++hg) {
                 fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
-                if (t.c0 + j + ahead < key_end)
-                    fc_prefetch_keys(p, &p->v, b, &seq, t.c0 + j + ahead, 1, hg * heads / group_size, dv);
+                const char *row = fc_fwd_cache_row(p, &p->v, &seq, b, t.c0 + j, hg * heads / group_size, dv,
+                                                   ahead, key_end);
 #if !FLASHC_CPU_REAL_DOUBLE
                 if (bf16_rows) {
-                    const uint16_t *value = (const uint16_t *)fc_key_row(p, &p->v, b, &seq, t.c0 + j,
-                                                                         hg * heads / group_size);
-                    fc_axpy_bf16((int)dv, g.S[j * FC_BM], value, g.O);
+                    fc_axpy_bf16((int)dv, g.S[j * FC_BM], (const uint16_t *)row, g.O);
                     continue;
                 }
 #endif
-                const real *value = fc_fwd_real_row(p, &p->v, &seq, b, t.c0 + j, hg * heads / group_size,
-                                                    dv, dvp, s->row_tmp);
+                const real *value = fc_fwd_real_row(row, p->v.dtype, dv, dvp, s->row_tmp);
                 fc_rows_times_panel(rows, (int)dvp, 1, g.S + j * FC_BM, 1, FC_BM, value, 0, g.O, dvp);
             }
     }
