@@ -303,6 +303,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
              * sequence add zeros into the tile's padding rows of the
              * workspace (bwd_workspace.h), so they need no test */
             float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
+            /* one chunk: dQ columns [dim0, dim0 + DQ_CHUNK) of the warp's rows from row0, lane ln */
+            auto dq_chunk = [&](float (&acc_dq)[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4], int ln, int row0, int dim0) {
+                flashc_zero_acc(acc_dq[0]);
+                const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, ln, row0, 0)};
+                const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, ln, 0, dim0)};
+                flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD, 1>(acc_dq,
+                                                                                                        a_q, b_q);
+            };
             if constexpr (DQ_ONE_BLOCK) {
                 /* the chunks unrolled, those past the head dim predicated
                  * off rather than skipped, so dV / dK / dQ are one basic
@@ -316,11 +324,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
                     const int dim0 = dq_dim0 + c0;
                     float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
-                    flashc_zero_acc(acc_dq[0]);
-                    const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, dq_lane, dq_row0, 0)};
-                    const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, dq_lane, 0, dim0)};
-                    flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD,
-                                      1>(acc_dq, a_q, b_q);
+                    dq_chunk(acc_dq, dq_lane, dq_row0, dim0);
                     float *dq_at =
                         dq_rows + (int64_t)(dq_row0 + dq_lane / 4) * p.fwd.head_dim + dim0 + 2 * (dq_lane % 4);
                     flashc_bwd_add_dq_pred<Q_ROW_ATOMS, DQ_COL_ATOMS>(dq_at, acc_dq[0], p.fwd.head_dim,
@@ -332,11 +336,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                     const int dim0 = q_dim0 + c0;
                     if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
                     float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
-                    flashc_zero_acc(acc_dq[0]);
-                    const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0)};
-                    const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, dim0)};
-                    flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD,
-                                      1>(acc_dq, a_q, b_q);
+                    dq_chunk(acc_dq, lane, q_row0, dim0);
                     float *dq_lane = dq_rows + (int64_t)(q_row0 + g) * p.fwd.head_dim + dim0 + 2 * t;
                     if (p.fwd.head_dim == HEAD_DIM)
                         flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane, acc_dq[0], 0, 0);
