@@ -7,7 +7,7 @@
 #             (registers, shared memory, stack, spills) in build.log
 #   ctest     every C test, test_cuda_forward and test_cuda_backward (quick
 #             mode) with their output, test_cuda_kvcache again on the
-#             portable kernel (quick), the portable kernels under the
+#             portable kernel and on the Hopper wide kernel (quick), the portable kernels under the
 #             shared memory of an sm_86 / sm_89 part (FLASHC_CUDA_SMEM_LIMIT),
 #             and a default `flashc run` (GPU)
 #             checked against the reference: ctest.log
@@ -140,6 +140,11 @@ step_ctest() {
     ( cd "$B/tests" && FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1 timeout "$(budget 300)" \
           ./test_cuda_kvcache > "$SCRATCH/cuda_kvc_portable.log" 2>&1 ) &
     local kvp_pid=$!
+    # and on the Hopper wide kernel (8 warps, 128-key steps), which by itself
+    # takes only long caches (hopper_kvcache.h)
+    ( cd "$B/tests" && FLASHC_CUDA_KVCACHE=wide FLASHC_TEST_QUICK=1 timeout "$(budget 300)" \
+          ./test_cuda_kvcache > "$SCRATCH/cuda_kvc_wide.log" 2>&1 ) &
+    local kvw_pid=$!
     # the portable kernels with the shared memory of an sm_86 / sm_89 part
     # (99 KiB per CTA): the configurations chosen for it, every head dim
     ( cd "$B/tests" && export FLASHC_CUDA_SMEM_LIMIT=101376 FLASHC_CUDA_FORWARD=portable \
@@ -153,6 +158,8 @@ step_ctest() {
     local rc_cpu=$?
     wait "$kvp_pid"
     local rc_kvp=$?
+    wait "$kvw_pid"
+    local rc_kvw=$?
     wait "$small_pid"
     local rc_small=$?
     wait "$fwd_pid"
@@ -174,6 +181,9 @@ step_ctest() {
         echo "=== test_cuda_kvcache, portable kernel (FLASHC_CUDA_KVCACHE=portable, quick) ==="
         grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/cuda_kvc_portable.log"
         echo
+        echo "=== test_cuda_kvcache, Hopper wide kernel (FLASHC_CUDA_KVCACHE=wide, quick) ==="
+        grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/cuda_kvc_wide.log"
+        echo
         echo "=== portable kernels at 99 KiB of shared memory per CTA (FLASHC_CUDA_SMEM_LIMIT=101376):"
         echo "    test_cuda_backward every_configuration (all 27), test_cuda_kvcache and test_cuda_forward"
         echo "    features_alone (quick) ==="
@@ -189,9 +199,11 @@ step_ctest() {
     bwd_line="$bwd_passed/$bwd_count tests passed"
     NOTE[ctest]="CPU tests: ${cpu_line:-?}; test_cuda_forward: ${fwd_line:-?}; test_cuda_backward: ${bwd_line:-?}"
     NOTE[ctest]+="; test_cuda_kvcache portable: $( [ "$rc_kvp" -eq 0 ] && echo passed || echo "status $rc_kvp")"
+    NOTE[ctest]+="; wide: $( [ "$rc_kvw" -eq 0 ] && echo passed || echo "status $rc_kvw")"
     NOTE[ctest]+="; 99 KiB portable: $( [ "$rc_small" -eq 0 ] && echo passed || echo "status $rc_small")"
     grep -q '^result    PASS' "$log" || NOTE[ctest]+="; flashc run check did not PASS"
-    [ "$rc_cpu" -eq 0 ] && [ "$rc_fwd" -eq 0 ] && [ "$rc_bwd" -eq 0 ] && [ "$rc_kvp" -eq 0 ] && [ "$rc_small" -eq 0 ] &&
+    [ "$rc_cpu" -eq 0 ] && [ "$rc_fwd" -eq 0 ] && [ "$rc_bwd" -eq 0 ] && [ "$rc_kvp" -eq 0 ] && [ "$rc_kvw" -eq 0 ] &&
+        [ "$rc_small" -eq 0 ] &&
         grep -q '^result    PASS' "$log"
 }
 
@@ -228,6 +240,9 @@ step_sanitize() {
         FLASHC_TEST_QUICK=1 FLASHC_TEST_FILTER="$filter" run_sanitizer "racecheck test_cuda_kvcache $filter (quick)" \
             90 --tool racecheck --racecheck-report analysis "$B/tests/test_cuda_kvcache"
     done
+    FLASHC_TEST_QUICK=1 FLASHC_TEST_FILTER=paged FLASHC_CUDA_KVCACHE=wide run_sanitizer \
+        "racecheck test_cuda_kvcache paged (quick, Hopper wide kernel)" 90 --tool racecheck --racecheck-report analysis \
+        "$B/tests/test_cuda_kvcache"
     run_sanitizer "memcheck flashc run (small, varlen, dropout)" 60 --tool memcheck \
         "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen \
         --dropout 0.1 --forward-only --quiet

@@ -7,10 +7,11 @@
 #include "hopper_kvcache.h"
 #include "kvcache_config.h"
 
-static bool forced_portable(void) {
+static bool forced(const char *kernel) {
     const char *path = getenv("FLASHC_CUDA_KVCACHE");
-    return path && strcmp(path, "portable") == 0;
+    return path && strcmp(path, kernel) == 0;
 }
+static bool forced_portable(void) { return forced("portable"); }
 
 /* Boxes of whole paged blocks (16 or 32 rows), or of 64 rows within a
  * contiguous cache or blocks of 64k rows; 0 where a 64-key step would
@@ -35,10 +36,21 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
         !flashc_hopper_make_map(&m.v, p->v, is_bf16, p->head_dim_v, rows, p->nheads_k, (int)batches,
                                 p->v_row_stride, p->v_head_stride, p->v_batch_stride, box_rows))
         return cudaErrorNotSupported;
-    const int warps_n = flashc_kvc_warps_n((long long)p->seqlen_q * p->group);
+    int warps_n = flashc_kvc_warps_n((long long)p->seqlen_q * p->group);
+    if (p->wide && warps_n == 4) warps_n = FLASHC_HOPPER_KVC_WIDE_WARPS;
 #define FLASHC_HOPPER_KVC_TRY(HEAD_DIM) \
     if (d <= HEAD_DIM) return flashc_hopper_kvc_run_hdim##HEAD_DIM(p, &m, stream, is_bf16, warps_n);
     FLASHC_HOPPER_KVC_HEAD_DIMS(FLASHC_HOPPER_KVC_TRY)
 #undef FLASHC_HOPPER_KVC_TRY
     return cudaErrorNotSupported;
 }
+
+int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta) {
+    const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
+    if (forced_portable() || d <= 64 || d > 128 || box_rows_of(p) != 64 ||
+        flashc_kvc_warps_n((long long)p->seqlen_q * p->group) != 4 || !flashc_hopper_device(device))
+        return 0;
+    return forced("wide") || keys_per_cta >= FLASHC_HOPPER_KVC_WIDE_MIN_KEYS;
+}
+
+int flashc_hopper_kvc_wide_forced(void) { return forced("wide"); }

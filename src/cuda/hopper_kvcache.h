@@ -28,7 +28,31 @@ FLASHC_HOPPER_KVC_HEAD_DIMS(FLASHC_HOPPER_KVC_DECLARE_RUN)
  * size other than 16, 32 or a multiple of 64, paged blocks with
  * cache_leftpad, strides TMA cannot take, or the environment variable
  * FLASHC_CUDA_KVCACHE set to "portable" (which tests use to reach the
- * portable kernel on a Hopper GPU). */
+ * portable kernel on a Hopper GPU; "wide" sends every problem the wide
+ * kernel can take to it). */
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16);
+
+/* The wide kernel: 8 warps splitting 128-key steps (16 keys each), three
+ * 64 KiB stages, one CTA per SM, for decode tiles (at most 16 rows per KV
+ * head) at head dims 65-128 over a contiguous cache or paged blocks of a
+ * multiple of 64 rows. Unsplit, where each CTA streams at least MIN_KEYS
+ * keys, it beats two 4-warp CTAs per SM by 1.4-4 % (32/8 heads, batch 256
+ * x 16k keys: 3751 against 3903 us; batch 16 x 16k: 246.5 against 250.1,
+ * where the 4-warp kernel splits in two); over shorter streams one CTA's
+ * start and end are not hidden by a second (256 x 1024: +9 %), and paged
+ * blocks of 16 (eight table reads and boxes per step) lose 5-14 %
+ * (bench/NOTES.md, "the wide kernel"). */
+#define FLASHC_HOPPER_KVC_WIDE_WARPS 8
+#define FLASHC_HOPPER_KVC_WIDE_BLOCK_N 128
+#define FLASHC_HOPPER_KVC_WIDE_MIN_KEYS 16384
+
+/* 1 where the wide kernel may run this problem on `device` with each CTA
+ * over keys_per_cta keys (FLASHC_CUDA_KVCACHE=wide: whatever the count,
+ * for tests), else 0. The TMA kernel may still turn the problem down
+ * (tensor map strides): the portable kernel then runs it, unsplit. */
+int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta);
+/* FLASHC_CUDA_KVCACHE=wide: the wide kernel wherever it can run, split
+ * as its own heuristic says (one CTA per SM), so tests reach it. */
+int flashc_hopper_kvc_wide_forced(void);
 
 #endif

@@ -23,6 +23,8 @@
  *   S = Q K^T on this warp's keys (Q fragments held in registers), logit
  *   rule and mask
  *   online softmax, P rounded, O += P V
+ * The wide tile (WARPS_N 8, hopper_kvcache.h) is the same code over
+ * 128-key steps with eight warps and one CTA per SM.
  * A step is a few hundred instructions per warp and memory-bound only while
  * two CTAs per SM keep their pipelines full, so its path is kept short: no
  * division, Q read from shared memory once, the box issue unrolled. */
@@ -41,7 +43,8 @@ template <int HEAD_DIM, int WARPS_N>
 struct flashc_hopper_kvc_config {
     typedef flashc_kvc_config<HEAD_DIM, WARPS_N> P; /* tile, warps, stages */
     static constexpr int BOXES = HEAD_DIM / 64;     /* 64-column boxes per row */
-    static constexpr int MAX_PIECES = 4;            /* box_rows >= 16 */
+    static constexpr int BOX_ROWS = 64;             /* the host's boxes of a contiguous cache (hopper_kvcache.cu) */
+    static constexpr int MAX_PIECES = P::BLOCK_N / 16; /* box_rows >= 16 */
     static constexpr int K_BYTES = P::BLOCK_N * HEAD_DIM * 2, STAGE_BYTES = 2 * K_BYTES;
     static constexpr int RING_OFFSET = P::Q_BYTES;
     static constexpr int BAR_OFFSET = RING_OFFSET + 2 * MAX_PIECES * 8;
@@ -60,12 +63,13 @@ static __device__ __forceinline__ uint32_t flashc_hopper_kvc_swizzle(int row, in
 }
 
 template <typename T, int HEAD_DIM, int WARPS_N>
-__global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
+__global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
+                                  flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS == 128 ? 2 : 1)
     flashc_hopper_kvc_kernel(const flashc_kvc_params p, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map) {
     typedef flashc_kvc_config<HEAD_DIM, WARPS_N> C;
     typedef flashc_hopper_kvc_config<HEAD_DIM, WARPS_N> H;
-    constexpr int THREADS = FLASHC_KVC_THREADS, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N;
+    constexpr int THREADS = C::THREADS, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N;
     constexpr int WARPS_M = C::WARPS_M, STAGES = C::STAGES, KEYS_PER_WARP = C::KEYS_PER_WARP;
     constexpr int COL_ATOMS = KEYS_PER_WARP / 8, OUT_ATOMS = HEAD_DIM / 8, SD = C::SD;
 
@@ -95,7 +99,7 @@ __global__ void __launch_bounds__(FLASHC_KVC_THREADS, 2)
 
     /* Paged blocks of 16 or 32 rows take one box each; a contiguous cache
      * and blocks of 64k rows take whole 64-row boxes. */
-    const int box_rows = p.block_table && p.block_size < BLOCK_N ? p.block_size : BLOCK_N;
+    const int box_rows = p.block_table && p.block_size < H::BOX_ROWS ? p.block_size : H::BOX_ROWS;
     const int pieces = BLOCK_N / box_rows;
 
     /* Coordinates of step `step`'s boxes, thread i's box i: (cache row,

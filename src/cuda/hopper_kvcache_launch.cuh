@@ -23,7 +23,7 @@ static cudaError_t flashc_hopper_kvc_launch(const flashc_kvc_params &p, const fl
     unsigned grid;
     err = flashc_flat_grid(m_blocks * p.num_splits, p.nheads_k, p.batch, &grid);
     if (err != cudaSuccess || grid == 0) return err;
-    kernel<<<grid, FLASHC_KVC_THREADS, H::SMEM_BYTES, stream>>>(p, m.k, m.v);
+    kernel<<<grid, H::P::THREADS, H::SMEM_BYTES, stream>>>(p, m.k, m.v);
     return cudaGetLastError();
 }
 
@@ -32,10 +32,14 @@ static cudaError_t flashc_hopper_kvc_launch(const flashc_kvc_params &p, const fl
                                                      void *stream, int is_bf16, int warps_n) {                  \
         cudaStream_t s = (cudaStream_t)stream;                                                                  \
         if (is_bf16) {                                                                                          \
+            if constexpr (flashc_kvc_config<HEAD_DIM, 8>::COMPILED)                                             \
+                if (warps_n == 8) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 8>(*p, *m, s);       \
             if (warps_n == 4) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 4>(*p, *m, s);           \
             if (warps_n == 2) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 2>(*p, *m, s);           \
             return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 1>(*p, *m, s);                             \
         }                                                                                                       \
+        if constexpr (flashc_kvc_config<HEAD_DIM, 8>::COMPILED)                                                 \
+            if (warps_n == 8) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 8>(*p, *m, s);                  \
         if (warps_n == 4) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 4>(*p, *m, s);                      \
         if (warps_n == 2) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 2>(*p, *m, s);                      \
         return flashc_hopper_kvc_launch<__half, HEAD_DIM, 1>(*p, *m, s);                                        \

@@ -14,6 +14,7 @@ extern "C" {
 }
 #include "backend_shared.h"
 #include "fwd_launch.h"
+#include "hopper_kvcache.h"
 #include "kvcache_launch.h"
 
 /* The attention part of the parameters, from a validated problem: the
@@ -109,9 +110,12 @@ static int kvc_split_heuristic(long long ctas, long long slots, long long key_bl
     return 1;
 }
 
+/* Keys a sequence may have: the capacity and the appended rows. */
+static long long kvc_keys(const flashc_problem *p) { return p->kv.capacity + p->kv.new_rows; }
+
+/* The heuristic's split count for the portable tile. */
 static int kvc_num_splits(const flashc_kvcache_problem *kp) {
     const flashc_problem *p = &kp->attn;
-    if (kp->num_splits >= 1) return kp->num_splits < FLASHC_KVC_MAX_SPLITS ? kp->num_splits : FLASHC_KVC_MAX_SPLITS;
     const long long rows_per_head = p->seqlen_q * (p->nheads / p->nheads_k);
     const int optin = flashc_cuda_device_smem_optin(p->device_index);
     const flashc_kvc_tile tile = flashc_kvc_tile_of((int)p->head_dim, (int)p->head_dim_v, rows_per_head, optin);
@@ -128,9 +132,47 @@ static int kvc_num_splits(const flashc_kvcache_problem *kp) {
     ctas_per_sm = ctas_per_sm < 1 ? 1 : (ctas_per_sm > 2 ? 2 : ctas_per_sm); /* __launch_bounds__ */
     const long long m_blocks = (rows_per_head + tile.block_m - 1) / tile.block_m;
     const long long ctas = p->batch * p->nheads_k * m_blocks;
-    const long long key_blocks = (p->kv.capacity + p->kv.new_rows + tile.block_n - 1) / tile.block_n;
+    const long long key_blocks = (kvc_keys(p) + tile.block_n - 1) / tile.block_n;
     if (ctas == 0 || key_blocks == 0) return 1;
     return kvc_split_heuristic(ctas, (long long)sms * ctas_per_sm, key_blocks);
+}
+
+/* The key splits of a call and whether the Hopper wide kernel takes it
+ * (hopper_kvcache.h): only unsplit, where its one CTA per (sequence, KV
+ * head) fills the SMs once or more (the heuristic's rule for one CTA per
+ * SM) and streams the whole cache. Where it would split (batch 4 x 128k
+ * keys: 4 splits against the 4-warp kernel's 8) it measured 0.5-1.4 %
+ * slower. The splits otherwise are the heuristic's for the portable tile,
+ * which the 4-warp Hopper kernel shares. */
+typedef struct kvc_split_plan {
+    int splits, wide;
+} kvc_split_plan;
+
+static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp) {
+    const flashc_problem *p = &kp->attn;
+    const flashc_kvc_params params = kvc_params(p);
+    const long long keys = kvc_keys(p);
+    kvc_split_plan plan = {1, 0};
+    if (kp->num_splits >= 1) {
+        plan.splits = kp->num_splits < FLASHC_KVC_MAX_SPLITS ? kp->num_splits : FLASHC_KVC_MAX_SPLITS;
+        plan.wide = (plan.splits == 1 || flashc_hopper_kvc_wide_forced()) &&
+                    flashc_hopper_kvc_wide_applies(&params, p->device_index, (keys + plan.splits - 1) / plan.splits);
+        return plan;
+    }
+    const int sms = flashc_cuda_device_sms(p->device_index);
+    const long long ctas = p->batch * p->nheads_k; /* the wide kernel's tiles: one per (sequence, KV head) */
+    const long long key_blocks = (keys + FLASHC_HOPPER_KVC_WIDE_BLOCK_N - 1) / FLASHC_HOPPER_KVC_WIDE_BLOCK_N;
+    if (sms > 0 && ctas > 0 && key_blocks > 0) {
+        const int wide_splits = kvc_split_heuristic(ctas, sms, key_blocks);
+        if ((wide_splits == 1 || flashc_hopper_kvc_wide_forced()) &&
+            flashc_hopper_kvc_wide_applies(&params, p->device_index, (keys + wide_splits - 1) / wide_splits)) {
+            plan.splits = wide_splits; /* more than 1 only when forced (tests) */
+            plan.wide = 1;
+            return plan;
+        }
+    }
+    plan.splits = kvc_num_splits(kp);
+    return plan;
 }
 
 /* Split partials: out rows [split][row][dv] then LSE [split][row], float32. */
@@ -141,7 +183,7 @@ static size_t kvc_partial_bytes(const flashc_problem *p, int splits) {
 }
 
 extern "C" size_t flashc_cuda_kvcache_workspace_size(const flashc_kvcache_problem *kp) {
-    return kvc_partial_bytes(&kp->attn, kvc_num_splits(kp));
+    return kvc_partial_bytes(&kp->attn, kvc_plan(kp).splits);
 }
 
 /* ---- the KV-cache call ------------------------------------------------------ */
@@ -198,7 +240,9 @@ extern "C" flashc_status flashc_cuda_kvcache(flashc_kvcache_problem *kp) {
         c.k.q_row_stride = p->nheads * p->head_dim;
         c.k.q_batch_stride = p->seqlen_q * p->nheads * p->head_dim;
     }
-    const int splits = kvc_num_splits(kp);
+    const kvc_split_plan plan = kvc_plan(kp);
+    const int splits = plan.splits;
+    c.k.wide = plan.wide;
     const size_t partial_bytes = kvc_partial_bytes(p, splits);
     c.combine = splits > 1;
     if (c.combine) {

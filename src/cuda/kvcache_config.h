@@ -4,7 +4,10 @@
  * zero-filled on load and never stored.
  *
  * Four warps, each owning 16 tile rows and BLOCK_N / WARPS_N keys of every
- * key block: WARPS_M = 4 / WARPS_N warps stack along the rows. Decode has
+ * key block: WARPS_M = 4 / WARPS_N warps stack along the rows. WARPS_N 8
+ * is the Hopper kernel's wide decode tile only (hopper_kvcache.h): eight
+ * warps of 16 keys over 128-key blocks, one CTA per SM; the portable
+ * kernel never takes it. Decode has
  * few rows (the query heads of one GQA group times sq), so its warps split
  * the keys instead (WARPS_N 4: a 16-row tile, each warp 16 keys of 64) and
  * are merged once at the end; prefill over a cache stacks them (WARPS_N 1:
@@ -31,6 +34,7 @@
     X(64, 4, 64, 4, 0)                           \
     X(64, 2, 64, 4, 0)                           \
     X(64, 1, 64, 4, 0)                           \
+    X(128, 8, 128, 3, 0) /* Hopper wide only */  \
     X(128, 4, 64, 3, 0)                          \
     X(128, 2, 64, 3, 0)                          \
     X(128, 1, 64, 3, 0)                          \
@@ -56,7 +60,8 @@ struct flashc_kvc_config {
     template <>                                                                                      \
     struct flashc_kvc_config<D, WN, SM> {                                                            \
         static constexpr bool COMPILED = true;                                                       \
-        static constexpr int WARPS_N = WN, WARPS_M = 4 / WN, BLOCK_M = 16 * (4 / WN);                 \
+        static constexpr int WARPS_N = WN, WARPS_M = WN >= 4 ? 1 : 4 / WN, BLOCK_M = 16 * WARPS_M;   \
+        static constexpr int THREADS = 32 * WARPS_M * WN;                                            \
         static constexpr int BLOCK_N = BN, STAGES = S, KEYS_PER_WARP = BN / WN;                      \
         static constexpr int SD = FLASHC_SMEM_ROW(D);   /* K / V / Q smem row, elements */           \
         static constexpr int LDO = D + 8;               /* epilogue float rows (bank spread) */      \
@@ -68,7 +73,7 @@ struct flashc_kvc_config {
         static constexpr int SMEM_BYTES =                                                            \
             Q_BYTES + OFFSET_BYTES + (LOOP_BYTES > EPILOGUE_BYTES ? LOOP_BYTES : EPILOGUE_BYTES);    \
         static_assert(KEYS_PER_WARP % 16 == 0, "P V steps over whole 16-key atoms");                \
-        static_assert(BN <= FLASHC_KVC_THREADS, "one thread per key row computes its offsets");      \
+        static_assert(BN <= THREADS, "one thread per key row computes its offsets");                 \
         static_assert(S >= 2, "a stage computed while the next loads");                              \
     };
 FLASHC_KVC_CONFIGS(FLASHC_KVC_CONFIG_STRUCT)

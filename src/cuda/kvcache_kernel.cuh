@@ -151,7 +151,7 @@ static __device__ __forceinline__ void flashc_kvc_epilogue(const flashc_kvc_para
                                                            const float (&acc_o)[1][OUT_ATOMS][4], float *sWork,
                                                            int warp_m, int warp_n, int lane, int m0, int rows,
                                                            int b, int head_k, int split) {
-    constexpr int BLOCK_M = C::BLOCK_M, WARPS_N = C::WARPS_N, LDO = C::LDO, THREADS = FLASHC_KVC_THREADS;
+    constexpr int BLOCK_M = C::BLOCK_M, WARPS_N = C::WARPS_N, LDO = C::LDO, THREADS = C::THREADS;
     float *sO = sWork;                              /* [WARPS_N][BLOCK_M][LDO] */
     float *sMax = sO + WARPS_N * BLOCK_M * LDO;     /* [WARPS_N][BLOCK_M] */
     float *sSum = sMax + WARPS_N * BLOCK_M;

@@ -55,6 +55,9 @@ typedef struct flashc_kvc_params {
      * combine kernel merges. Partial row index ((b * seqlen_q + r) *
      * nheads + head), split s at s * partial_rows. */
     int num_splits;
+    /* Hopper: the 8-warp kernel over 128-key steps, one CTA per SM
+     * (flashc_hopper_kvc_wide_applies); the splits were counted for it */
+    int wide;
     float *o_partial;               /* [split][row][head_dim_v] */
     float *lse_partial;             /* [split][row] */
     int64_t partial_rows;           /* batch * seqlen_q * nheads */
