@@ -10,7 +10,7 @@
 
 #include "flashc.h"
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -69,7 +69,14 @@ static inline uint16_t fc_float_to_half(float f) {
  * half): in registers, for products that read a row once. */
 typedef uint16_t vbf16_u __attribute__((vector_size(FLASHC_CPU_VBYTES / 2), aligned(2), may_alias));
 static inline vr vload_bf16(const uint16_t *p) {
+#if defined(__AVX512F__) && FLASHC_CPU_VBYTES == 64
+    /* one zero-extending load (gcc splits the generic form into halves) */
+    return (vr)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16);
+#elif defined(__AVX2__) && FLASHC_CPU_VBYTES == 32
+    return (vr)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16);
+#else
     return (vr)(__builtin_convertvector(*(const vbf16_u *)p, vi) << 16);
+#endif
 }
 #endif
 

@@ -519,11 +519,12 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
     const int64_t key_end = kb1 * FC_BN < t.sk ? kb1 * FC_BN : t.sk; /* this split's keys end */
     const int64_t ahead = fc_rows_ahead(p);
 #if !FLASHC_CPU_REAL_DOUBLE
-    /* one query row per group over bfloat16 rows of whole vectors: each
-     * cache row is read once, so it is widened in registers inside the
-     * products rather than into a staging row first */
-    const int bf16_rows = rows == 1 && p->k.dtype == FLASHC_DTYPE_BFLOAT16 && p->v.dtype == FLASHC_DTYPE_BFLOAT16 &&
-                          d % VL == 0 && dv == dvp;
+    /* up to 8 query rows per group over bfloat16 rows of whole vectors:
+     * each cache row is widened in registers inside the products (four
+     * query rows at a time) rather than into a staging row first; more
+     * rows (MQA) reuse one staged row better than they widen it again */
+    const int bf16_rows = rows <= 8 && p->k.dtype == FLASHC_DTYPE_BFLOAT16 &&
+                          p->v.dtype == FLASHC_DTYPE_BFLOAT16 && d % VL == 0 && dv == dvp;
 #endif
     fc_dot_batch batch; /* the tile's dot products, their lanes summed VL at a time */
     batch.n = 0;
@@ -536,7 +537,16 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
                                                    ahead, key_end);
 #if !FLASHC_CPU_REAL_DOUBLE
                 if (bf16_rows) {
-                    fc_dot_batch_add(&batch, fc_dot_lanes_bf16(g.Qr, (const uint16_t *)row, (int)d), g.S + j * FC_BM);
+                    vr dots[4];
+                    int i = 0;
+                    for (; i + 4 <= rows; i += 4) {
+                        fc_dot_rows4_bf16(g.Qr + i * d, (const uint16_t *)row, (int)d, dots);
+                        for (int k = 0; k < 4; ++k) fc_dot_batch_add(&batch, dots[k], g.S + j * FC_BM + i + k);
+                    }
+                    for (; i < rows; ++i) {
+                        fc_dot_rows1_bf16(g.Qr + i * d, (const uint16_t *)row, (int)d, dots);
+                        fc_dot_batch_add(&batch, dots[0], g.S + j * FC_BM + i);
+                    }
                     continue;
                 }
 #endif
@@ -562,7 +572,11 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
                                                    ahead, key_end);
 #if !FLASHC_CPU_REAL_DOUBLE
                 if (bf16_rows) {
-                    fc_axpy_bf16((int)dv, g.S[j * FC_BM], (const uint16_t *)row, g.O);
+                    int i = 0;
+                    for (; i + 4 <= rows; i += 4)
+                        fc_axpy_rows4_bf16((int)dv, g.S + j * FC_BM + i, (const uint16_t *)row, g.O + i * dvp, dvp);
+                    for (; i < rows; ++i)
+                        fc_axpy_rows1_bf16((int)dv, g.S + j * FC_BM + i, (const uint16_t *)row, g.O + i * dvp, dvp);
                     continue;
                 }
 #endif

@@ -79,23 +79,44 @@ static inline vr fc_dot_lanes(const real *a, const real *b, int K) {
 }
 
 #if !FLASHC_CPU_REAL_DOUBLE
-/* fc_dot_lanes against a bfloat16 row b, widened in registers (K a
- * multiple of VL). */
-static inline vr fc_dot_lanes_bf16(const real *a, const uint16_t *b, int K) {
-    vr acc0 = vsplat(0), acc1 = vsplat(0);
-    int x = 0;
-    for (; x + 2 * VL <= K; x += 2 * VL) {
-        acc0 += vload(a + x) * vload_bf16(b + x);
-        acc1 += vload(a + x + VL) * vload_bf16(b + x + VL);
+/* fc_dot_lanes of ROWS rows of a (K apart) against one bfloat16 row b,
+ * widened in registers once for all of them (K a multiple of VL): out[i]
+ * for row i, the same sums as fc_dot_lanes of the widened row. */
+#define FC_DEFINE_DOT_ROWS_BF16(name, ROWS)                                                    \
+    static inline void name(const real *a, const uint16_t *b, int K, vr *out) {               \
+        vr acc0[ROWS], acc1[ROWS];                                                            \
+        for (int i = 0; i < ROWS; ++i) acc0[i] = acc1[i] = vsplat(0);                         \
+        int x = 0;                                                                            \
+        for (; x + 2 * VL <= K; x += 2 * VL) {                                                \
+            const vr b0 = vload_bf16(b + x), b1 = vload_bf16(b + x + VL);                     \
+            for (int i = 0; i < ROWS; ++i) {                                                  \
+                acc0[i] += vload(a + i * K + x) * b0;                                         \
+                acc1[i] += vload(a + i * K + x + VL) * b1;                                    \
+            }                                                                                 \
+        }                                                                                     \
+        if (x < K) {                                                                          \
+            const vr b0 = vload_bf16(b + x);                                                  \
+            for (int i = 0; i < ROWS; ++i) acc0[i] += vload(a + i * K + x) * b0;              \
+        }                                                                                     \
+        for (int i = 0; i < ROWS; ++i) out[i] = acc0[i] + acc1[i];                            \
     }
-    if (x < K) acc0 += vload(a + x) * vload_bf16(b + x);
-    return acc0 + acc1;
-}
+FC_DEFINE_DOT_ROWS_BF16(fc_dot_rows1_bf16, 1)
+FC_DEFINE_DOT_ROWS_BF16(fc_dot_rows4_bf16, 4)
 
-/* c[x] += s * b[x], x < N (a multiple of VL), b a bfloat16 row. */
-static inline void fc_axpy_bf16(int N, real s, const uint16_t *b, real *c) {
-    for (int x = 0; x < N; x += VL) vstore(c + x, vload(c + x) + s * vload_bf16(b + x));
-}
+/* c[i * ldc + x] += s[i] * b[x] for i < ROWS, x < N (a multiple of VL), b a
+ * bfloat16 row widened once per vector for every row, the factors held in
+ * registers. */
+#define FC_DEFINE_AXPY_ROWS_BF16(name, ROWS)                                                     \
+    static inline void name(int N, const real *s, const uint16_t *b, real *c, ptrdiff_t ldc) {  \
+        real f[ROWS];                                                                           \
+        for (int i = 0; i < ROWS; ++i) f[i] = s[i];                                             \
+        for (int x = 0; x < N; x += VL) {                                                       \
+            const vr bv = vload_bf16(b + x);                                                    \
+            for (int i = 0; i < ROWS; ++i) vstore(c + i * ldc + x, vload(c + i * ldc + x) + f[i] * bv); \
+        }                                                                                       \
+    }
+FC_DEFINE_AXPY_ROWS_BF16(fc_axpy_rows1_bf16, 1)
+FC_DEFINE_AXPY_ROWS_BF16(fc_axpy_rows4_bf16, 4)
 #endif
 
 /* Dot products whose lanes are summed VL at a time (vhsums): add a

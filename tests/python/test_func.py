@@ -134,11 +134,13 @@ def test_gqa_short_queries(device, h, hk, sq, feature):
                      device=device, **PACKED_FEATURES[feature]))
 
 
-# One query token over 16-bit caches: GQA, and MHA (one row per head group:
-# the CPU reads bfloat16 rows of whole vectors straight into its products,
-# other head dims through a staging row)
+# One query token over 16-bit caches: GQA (8 and 6 query rows per head
+# group), MHA (one) and MQA (32). The CPU reads bfloat16 rows of whole
+# vectors straight into its products four query rows at a time, with one
+# row at a time for the rest, up to 8 rows; other head dims, other types
+# and more rows go through a staging row.
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("h,hk", [(32, 4), (6, 6)])
+@pytest.mark.parametrize("h,hk", [(32, 4), (12, 2), (6, 6), (32, 1)])
 @pytest.mark.parametrize("d", [128, 72])
 def test_decode_step_low_precision(device, dtype, h, hk, d):
     skip_unless_device(device, dtype)
