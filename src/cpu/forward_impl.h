@@ -565,24 +565,50 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
             fc_fwd_online_softmax(&tg, g.S, g.m, g.l, g.alpha);
             fc_fwd_rescale(&tg, g.O, dvp, g.alpha);
         }
-        for (int64_t j = 0; j < t.cols; ++j)
+        for (int64_t j = 0; j < t.cols;) {
+#if !FLASHC_CPU_REAL_DOUBLE
+            /* bfloat16 rows: with 4 or more query rows per group, four keys
+             * at a time, each O vector loaded and stored once for the four
+             * (rows j .. j + 3 of every kv head, the prefetch at least a
+             * block ahead); one row per group (MHA) measured 4 % slower so
+             * (four streams through the cache instead of one) */
+            if (bf16_rows) {
+                const int keys = rows >= 4 && j + 4 <= t.cols ? 4 : 1;
+                const int64_t ahead_v = keys == 4 && ahead < 4 ? 4 : ahead;
+                for (int64_t hg = 0; hg < groups; ++hg) {
+                    fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
+                    const uint16_t *vrows[4];
+                    for (int k = 0; k < keys; ++k)
+                        vrows[k] = (const uint16_t *)fc_fwd_cache_row(p, &p->v, &seq, b, t.c0 + j + k,
+                                                                      hg * heads / group_size, dv, ahead_v, key_end);
+                    const real *sj = g.S + j * FC_BM;
+                    int i = 0;
+                    for (; i + 4 <= rows; i += 4) {
+                        if (keys == 4)
+                            fc_axpy_rows4_keys4_bf16((int)dv, sj + i, FC_BM, vrows, g.O + i * dvp, dvp);
+                        else
+                            fc_axpy_rows4_bf16((int)dv, sj + i, FC_BM, vrows, g.O + i * dvp, dvp);
+                    }
+                    for (; i < rows; ++i) {
+                        if (keys == 4)
+                            fc_axpy_rows1_keys4_bf16((int)dv, sj + i, FC_BM, vrows, g.O + i * dvp, dvp);
+                        else
+                            fc_axpy_rows1_bf16((int)dv, sj + i, FC_BM, vrows, g.O + i * dvp, dvp);
+                    }
+                }
+                j += keys;
+                continue;
+            }
+#endif
             for (int64_t hg = 0; hg < groups; ++hg) {
                 fc_fwd_group g = fc_fwd_group_at(s->groups + hg * stride, bm, d, dvp);
                 const char *row = fc_fwd_cache_row(p, &p->v, &seq, b, t.c0 + j, hg * heads / group_size, dv,
                                                    ahead, key_end);
-#if !FLASHC_CPU_REAL_DOUBLE
-                if (bf16_rows) {
-                    int i = 0;
-                    for (; i + 4 <= rows; i += 4)
-                        fc_axpy_rows4_bf16((int)dv, g.S + j * FC_BM + i, (const uint16_t *)row, g.O + i * dvp, dvp);
-                    for (; i < rows; ++i)
-                        fc_axpy_rows1_bf16((int)dv, g.S + j * FC_BM + i, (const uint16_t *)row, g.O + i * dvp, dvp);
-                    continue;
-                }
-#endif
                 const real *value = fc_fwd_real_row(row, p->v.dtype, dv, dvp, s->row_tmp);
                 fc_rows_times_panel(rows, (int)dvp, 1, g.S + j * FC_BM, 1, FC_BM, value, 0, g.O, dvp);
             }
+            ++j;
+        }
     }
 
     for (int64_t hg = 0; hg < groups; ++hg) {

@@ -103,20 +103,31 @@ static inline vr fc_dot_lanes(const real *a, const real *b, int K) {
 FC_DEFINE_DOT_ROWS_BF16(fc_dot_rows1_bf16, 1)
 FC_DEFINE_DOT_ROWS_BF16(fc_dot_rows4_bf16, 4)
 
-/* c[i * ldc + x] += s[i] * b[x] for i < ROWS, x < N (a multiple of VL), b a
- * bfloat16 row widened once per vector for every row, the factors held in
- * registers. */
-#define FC_DEFINE_AXPY_ROWS_BF16(name, ROWS)                                                     \
-    static inline void name(int N, const real *s, const uint16_t *b, real *c, ptrdiff_t ldc) {  \
-        real f[ROWS];                                                                           \
-        for (int i = 0; i < ROWS; ++i) f[i] = s[i];                                             \
-        for (int x = 0; x < N; x += VL) {                                                       \
-            const vr bv = vload_bf16(b + x);                                                    \
-            for (int i = 0; i < ROWS; ++i) vstore(c + i * ldc + x, vload(c + i * ldc + x) + f[i] * bv); \
-        }                                                                                       \
+/* c[i * ldc + x] += s[k * sk + i] * b[k][x] for keys k < KEYS in order,
+ * rows i < ROWS, x < N (a multiple of VL): bfloat16 rows b[k] widened
+ * once per vector for every row, the factors in registers, each c vector
+ * loaded and stored once for all KEYS (the same fused products, in the
+ * same order, as one key at a time). */
+#define FC_DEFINE_AXPY_ROWS_BF16(name, ROWS, KEYS)                                                 \
+    static inline void name(int N, const real *s, ptrdiff_t sk, const uint16_t *const *b, real *c,  \
+                            ptrdiff_t ldc) {                                                       \
+        real f[KEYS][ROWS];                                                                        \
+        for (int k = 0; k < KEYS; ++k)                                                             \
+            for (int i = 0; i < ROWS; ++i) f[k][i] = s[k * sk + i];                                \
+        for (int x = 0; x < N; x += VL) {                                                          \
+            vr bv[KEYS];                                                                           \
+            for (int k = 0; k < KEYS; ++k) bv[k] = vload_bf16(b[k] + x);                           \
+            for (int i = 0; i < ROWS; ++i) {                                                       \
+                vr o = vload(c + i * ldc + x);                                                     \
+                for (int k = 0; k < KEYS; ++k) o += f[k][i] * bv[k];                               \
+                vstore(c + i * ldc + x, o);                                                        \
+            }                                                                                      \
+        }                                                                                          \
     }
-FC_DEFINE_AXPY_ROWS_BF16(fc_axpy_rows1_bf16, 1)
-FC_DEFINE_AXPY_ROWS_BF16(fc_axpy_rows4_bf16, 4)
+FC_DEFINE_AXPY_ROWS_BF16(fc_axpy_rows1_bf16, 1, 1)
+FC_DEFINE_AXPY_ROWS_BF16(fc_axpy_rows4_bf16, 4, 1)
+FC_DEFINE_AXPY_ROWS_BF16(fc_axpy_rows1_keys4_bf16, 1, 4)
+FC_DEFINE_AXPY_ROWS_BF16(fc_axpy_rows4_keys4_bf16, 4, 4)
 #endif
 
 /* Dot products whose lanes are summed VL at a time (vhsums): add a
