@@ -492,6 +492,43 @@ static int64_t fc_rows_ahead(const flashc_problem *p) {
     return rows < 1 ? 1 : rows > 8 ? 8 : rows;
 }
 
+#if !FLASHC_CPU_REAL_DOUBLE
+/* The whole-rows path's products over bfloat16 cache rows, four query rows
+ * at a time and the rest one by one. Dots: the `rows` query rows (d apart)
+ * against one key row, into S column s_col (its sums batched). */
+static void fc_fwd_bf16_dots(int rows, int d, const real *Qr, const uint16_t *key, real *s_col, fc_dot_batch *batch) {
+    vr dots[4];
+    int i = 0;
+    for (; i + 4 <= rows; i += 4) {
+        fc_dot_rows4_bf16(Qr + i * d, key, d, dots);
+        for (int k = 0; k < 4; ++k) fc_dot_batch_add(batch, dots[k], s_col + i + k);
+    }
+    for (; i < rows; ++i) {
+        fc_dot_rows1_bf16(Qr + i * d, key, d, dots);
+        fc_dot_batch_add(batch, dots[0], s_col + i);
+    }
+}
+
+/* O rows (dvp apart) += the weights of S columns s_col .. (keys of them,
+ * 1 or 4, FC_BM apart) times `keys` value rows. */
+static void fc_fwd_bf16_values(int rows, int keys, int dv, const real *s_col, const uint16_t *const *values, real *O,
+                               int64_t dvp) {
+    int i = 0;
+    for (; i + 4 <= rows; i += 4) {
+        if (keys == 4)
+            fc_axpy_rows4_keys4_bf16(dv, s_col + i, FC_BM, values, O + i * dvp, dvp);
+        else
+            fc_axpy_rows4_bf16(dv, s_col + i, FC_BM, values, O + i * dvp, dvp);
+    }
+    for (; i < rows; ++i) {
+        if (keys == 4)
+            fc_axpy_rows1_keys4_bf16(dv, s_col + i, FC_BM, values, O + i * dvp, dvp);
+        else
+            fc_axpy_rows1_bf16(dv, s_col + i, FC_BM, values, O + i * dvp, dvp);
+    }
+}
+#endif
+
 /* The whole-rows path (fc_fwd_plan): split `split` of `splits` of sequence
  * b's keys for all of its head groups. Per key tile: each key row's logits
  * against every group's queries, the rows taken in address order (row j's
@@ -537,16 +574,7 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
                                                    ahead, key_end);
 #if !FLASHC_CPU_REAL_DOUBLE
                 if (bf16_rows) {
-                    vr dots[4];
-                    int i = 0;
-                    for (; i + 4 <= rows; i += 4) {
-                        fc_dot_rows4_bf16(g.Qr + i * d, (const uint16_t *)row, (int)d, dots);
-                        for (int k = 0; k < 4; ++k) fc_dot_batch_add(&batch, dots[k], g.S + j * FC_BM + i + k);
-                    }
-                    for (; i < rows; ++i) {
-                        fc_dot_rows1_bf16(g.Qr + i * d, (const uint16_t *)row, (int)d, dots);
-                        fc_dot_batch_add(&batch, dots[0], g.S + j * FC_BM + i);
-                    }
+                    fc_fwd_bf16_dots(rows, (int)d, g.Qr, (const uint16_t *)row, g.S + j * FC_BM, &batch);
                     continue;
                 }
 #endif
@@ -581,20 +609,7 @@ static void fc_forward_whole_rows(const flashc_problem *p, int64_t b, const fc_f
                     for (int k = 0; k < keys; ++k)
                         vrows[k] = (const uint16_t *)fc_fwd_cache_row(p, &p->v, &seq, b, t.c0 + j + k,
                                                                       hg * heads / group_size, dv, ahead_v, key_end);
-                    const real *sj = g.S + j * FC_BM;
-                    int i = 0;
-                    for (; i + 4 <= rows; i += 4) {
-                        if (keys == 4)
-                            fc_axpy_rows4_keys4_bf16((int)dv, sj + i, FC_BM, vrows, g.O + i * dvp, dvp);
-                        else
-                            fc_axpy_rows4_bf16((int)dv, sj + i, FC_BM, vrows, g.O + i * dvp, dvp);
-                    }
-                    for (; i < rows; ++i) {
-                        if (keys == 4)
-                            fc_axpy_rows1_keys4_bf16((int)dv, sj + i, FC_BM, vrows, g.O + i * dvp, dvp);
-                        else
-                            fc_axpy_rows1_bf16((int)dv, sj + i, FC_BM, vrows, g.O + i * dvp, dvp);
-                    }
+                    fc_fwd_bf16_values(rows, keys, (int)dv, g.S + j * FC_BM, vrows, g.O, dvp);
                 }
                 j += keys;
                 continue;
