@@ -486,6 +486,18 @@ static void contiguous_cache(void **state) {
     c = base_case("float16, head dims 64 / 40", FLASHC_DTYPE_FLOAT16);
     c.d = 64; c.dv = 40; c.s_new = 2; c.sq = 2; c.seqlens[2] = 20;
     cs[n++] = c;
+    /* bfloat16 rows of whole vectors: the CPU widens them in registers,
+     * four query rows and four keys at a time, the rest one by one (key
+     * counts 7 and 33 leave remainders) */
+    c = base_case("bf16 decode, head dim 128, 4 query rows per group", FLASHC_DTYPE_BFLOAT16);
+    c.h = 8; c.d = 128; c.dv = 128;
+    cs[n++] = c;
+    c = base_case("bf16 decode, head dim 128, 6 query rows per group, append 1", FLASHC_DTYPE_BFLOAT16);
+    c.h = 12; c.d = 128; c.dv = 128; c.s_new = 1;
+    cs[n++] = c;
+    c = base_case("bf16 decode, head dim 64, 8 query rows per group, causal", FLASHC_DTYPE_BFLOAT16);
+    c.h = 16; c.d = 64; c.dv = 64; c.options.causal = 1;
+    cs[n++] = c;
     run_all("contiguous cache", cs, n);
 }
 
