@@ -8,13 +8,15 @@
  *   S = Q K^T, dP = dO V^T  [BLOCK_M x BLOCK_N]: S_WARPS_M x (WARPS / S_WARPS_M)
  *   dV += P^T dO, dK += dS^T Q  [BLOCK_N x HEAD_DIM]: KV_WARPS_N x (WARPS / KV_WARPS_N)
  *   dQ = dS K  [BLOCK_M x HEAD_DIM]: Q_WARPS_M x (WARPS / Q_WARPS_M), DQ_CHUNK columns at a time
+ * GENERAL_S_WARPS_M: S_WARPS_M of the general variant (softcap, ALiBi,
+ * dropout), whose score code needs more registers: at d64 FlashAttention-2's
+ * 2 x 4 S warps are 3 % faster in the plain variant and make the general
+ * one spill 388 bytes; at d256 4 x 2 S warps (FlashAttention-2's) gain
+ * 0.3 - 0.9 % in the plain variant and make the general one spill
+ * (bench/NOTES.md, "the backward's loop head").
  * Register budget per thread (float32 accumulators): dK + dV =
  * BLOCK_N * 2 * HEAD_DIM / (32 WARPS) live through the whole loop, S + dP =
  * 2 BLOCK_M BLOCK_N / (32 WARPS), one dQ chunk = BLOCK_M DQ_CHUNK / (32 WARPS).
- * DQ_ONE_BLOCK: the dQ chunks unrolled and predicated, one basic block
- * with dV / dK (bwd_kernel.cuh; d128 only: +1 to +2 % there on the H200,
- * through flashc_bench and the Python package alike; d64 -6.5 %, d256 -2 %:
- * bench/NOTES.md "dQ in one block").
  * SWIZZLE: K, V, Q, dO tiles swizzled where the head dim allows
  * (smem_tile.cuh), else rows padded by 16 bytes. Swizzled measured on the
  * H200 (bench/NOTES.md "swizzled tiles"): +5 % at d256, -1.5 % at d64
@@ -33,19 +35,19 @@
 
 #include "fwd_config.h"
 
-#define FLASHC_BWD_CONFIGS(X)                                                                                \
-    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK DQ_ONE_BLOCK SWIZZLE SMALL */  \
-    X(64, 128, 128, 8, 4, 4, 4, 32, 0, 0, 0)                                                                 \
-    X(96, 64, 128, 8, 2, 4, 4, 48, 0, 0, 0)                                                                  \
-    X(128, 64, 128, 8, 2, 4, 4, 32, 1, 0, 0)                                                                 \
-    X(192, 64, 64, 8, 2, 2, 4, 32, 0, 0, 0)                                                                  \
-    X(256, 64, 64, 8, 2, 2, 4, 32, 0, 1, 0)                                                                  \
-    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */                         \
-    X(64, 64, 128, 8, 2, 4, 4, 32, 0, 0, 1)                                                                  \
-    X(96, 64, 64, 8, 2, 4, 4, 48, 0, 0, 1)                                                                   \
-    X(128, 64, 64, 8, 2, 2, 4, 32, 0, 0, 1)                                                                  \
-    X(192, 32, 64, 8, 2, 2, 2, 48, 0, 0, 1)                                                                  \
-    X(256, 32, 32, 4, 2, 2, 2, 32, 0, 1, 1)
+#define FLASHC_BWD_CONFIGS(X)                                                                               \
+    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M GENERAL_S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK SWIZZLE SMALL */ \
+    X(64, 128, 128, 8, 2, 4, 4, 4, 32, 0, 0)                                                                \
+    X(96, 64, 128, 8, 2, 2, 4, 4, 48, 0, 0)                                                                 \
+    X(128, 64, 128, 8, 2, 2, 4, 4, 32, 0, 0)                                                                \
+    X(192, 64, 64, 8, 2, 2, 2, 4, 32, 0, 0)                                                                 \
+    X(256, 64, 64, 8, 4, 2, 2, 4, 32, 1, 0)                                                                 \
+    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */                        \
+    X(64, 64, 128, 8, 2, 2, 4, 4, 32, 0, 1)                                                                 \
+    X(96, 64, 64, 8, 2, 2, 4, 4, 48, 0, 1)                                                                  \
+    X(128, 64, 64, 8, 2, 2, 2, 4, 32, 0, 1)                                                                 \
+    X(192, 32, 64, 8, 2, 2, 2, 2, 48, 0, 1)                                                                 \
+    X(256, 32, 32, 4, 2, 2, 2, 2, 32, 1, 1)
 
 /* The compiled head dims, smallest first. */
 #define FLASHC_BWD_HEAD_DIMS(X) X(64) X(96) X(128) X(192) X(256)
@@ -54,14 +56,14 @@ template <int HEAD_DIM, bool SMALL = false>
 struct flashc_bwd_config {
     static constexpr bool COMPILED = false;
 };
-#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, KVWN, QWM, DQC, DQ1, SWZ, SM)               \
+#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, GSWM, KVWN, QWM, DQC, SWZ, SM)                 \
     template <>                                                                                 \
     struct flashc_bwd_config<D, SM> {                                                           \
         static constexpr bool COMPILED = true;                                                  \
         static constexpr int BLOCK_M = BM, BLOCK_N = BN, WARPS = W;                             \
-        static constexpr int S_WARPS_M = SWM, KV_WARPS_N = KVWN, Q_WARPS_M = QWM;               \
+        static constexpr int S_WARPS_M = SWM, GENERAL_S_WARPS_M = GSWM;                         \
+        static constexpr int KV_WARPS_N = KVWN, Q_WARPS_M = QWM;                                \
         static constexpr int DQ_CHUNK = DQC;                                                    \
-        static constexpr bool DQ_ONE_BLOCK = DQ1;                                               \
         static constexpr bool SWIZZLE = SWZ;                                                    \
     };
 FLASHC_BWD_CONFIGS(FLASHC_BWD_CONFIG_STRUCT)

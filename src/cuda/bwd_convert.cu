@@ -46,12 +46,12 @@ __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert
     if (m0 >= seq.sq) return;
     const int rows = min(tile_m, seq.sq - m0);
     const int64_t ws_row = flashc_bwd_ws_row0(p, batch, seq, tile_m) + m0;
-    const float *acc = p.dq_accum + (head * p.ws_rows + ws_row) * p.fwd.head_dim;
+    const float *acc = p.dq_accum + (head * p.ws_rows + ws_row) * p.dq_cols;
     const int octets = p.fwd.head_dim / 8;
     for (int idx = threadIdx.x; idx < rows * octets; idx += FLASHC_BWD_CONVERT_THREADS) {
         const int r = idx / octets, c = 8 * (idx % octets);
         float4 lo, hi;
-        flashc_sum8(acc + (int64_t)r * p.fwd.head_dim + c, p.dq_slice_stride, p.dq_slices, lo, hi);
+        flashc_sum8(acc + (int64_t)r * p.dq_cols + c, p.dq_slice_stride, p.dq_slices, lo, hi);
         const uint4 out = flashc_pack8<T>(lo, hi, p.scale);
         T *dst = reinterpret_cast<T *>(p.dq) + batch * p.dq_batch_stride + (seq.q_start + m0 + r) * p.dq_row_stride +
                  head * p.dq_head_stride + c;

@@ -60,46 +60,26 @@ static __device__ __forceinline__ void flashc_bwd_rows_seeing(int n0, int n1, in
 }
 
 /* One warp's chunk of dQ = dS K (mma fragments) added into the float32
- * accumulator rows. dq: this lane's first element (row g, column 2 * (lane %
- * 4) of the warp tile). STRIDE > 0: the problem's head dim is the
- * configuration's, every column is real and the row stride a constant, so
- * the adds take one address and immediate offsets (a run-time stride made
- * each add wait for the previous one's address registers). STRIDE == 0:
- * row stride `stride`, columns from `cols_left` on (past the head dim) left
- * out. */
+ * accumulator rows, STRIDE floats apart (the configuration's head dim:
+ * bwd_workspace.h lays dq_accum out so). dq: this lane's first element
+ * (row g, column 2 * (lane % 4) of the warp tile). Every column is added,
+ * those past the problem's head dim too (zeros: K's columns there are
+ * zero-filled), so the adds need no test and take one address and
+ * immediate offsets. */
 template <int ROW_ATOMS, int COL_ATOMS, int STRIDE>
-static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float (&acc)[ROW_ATOMS][COL_ATOMS][4],
-                                                         int stride, int cols_left) {
-    const int ld = STRIDE > 0 ? STRIDE : stride;
+static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float (&acc)[ROW_ATOMS][COL_ATOMS][4]) {
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i)
 #pragma unroll
         for (int half = 0; half < 2; ++half)
 #pragma unroll
-            for (int j = 0; j < COL_ATOMS; ++j) {
-                if (STRIDE == 0 && 8 * j >= cols_left) continue;
-                flashc_red_add2(dq + (16 * i + 8 * half) * ld + 8 * j, acc[i][j][2 * half], acc[i][j][2 * half + 1]);
-            }
-}
-
-/* The same adds for any head dim, each pair predicated on its columns
- * rather than skipped (no branch: DQ_ONE_BLOCK's one basic block). */
-template <int ROW_ATOMS, int COL_ATOMS>
-static __device__ __forceinline__ void flashc_bwd_add_dq_pred(float *dq, const float (&acc)[ROW_ATOMS][COL_ATOMS][4],
-                                                              int stride, int cols_left) {
-#pragma unroll
-    for (int i = 0; i < ROW_ATOMS; ++i)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            float *row = dq + (int64_t)(16 * i + 8 * half) * stride;
-#pragma unroll
             for (int j = 0; j < COL_ATOMS; ++j)
-                if (8 * j < cols_left) flashc_red_add2(row + 8 * j, acc[i][j][2 * half], acc[i][j][2 * half + 1]);
-        }
+                flashc_red_add2(dq + (16 * i + 8 * half) * STRIDE + 8 * j, acc[i][j][2 * half],
+                                acc[i][j][2 * half + 1]);
 }
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,
-          int Q_WARPS_M, int DQ_CHUNK, bool DQ_ONE_BLOCK, bool SWIZZLE, bool GENERAL>
+          int Q_WARPS_M, int DQ_CHUNK, bool SWIZZLE, bool GENERAL>
 __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_bwd_params p, int stages) {
     constexpr int THREADS = WARPS * 32;
     typedef flashc_smem_tile<HEAD_DIM, SWIZZLE> LD; /* Q, dO, K, V tiles */
@@ -177,12 +157,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
         flashc_zero_acc(acc_dk);
         flashc_zero_acc(acc_dv);
 
-        /* Queue the loads of iteration `it` into stage `stage`: Q and dO
-         * (rows past the sequence zero-filled), LSE2 and D rows (the
-         * preprocess wrote the whole tile, +inf / 0 past the sequence). */
-        auto load_iteration = [&](int it, int stage) {
-            const int head = head_k * group + it / m_count;
-            const int m0 = (m_first + it % m_count) * BLOCK_M;
+        /* Queue the loads of the iteration over query head `head`, rows from
+         * m0, into stage `stage`: Q and dO (rows past the sequence
+         * zero-filled), LSE2 and D rows (the preprocess wrote the whole
+         * tile, +inf / 0 past the sequence). A whole tile (every row and
+         * column real, all but a sequence's last row block) copies without
+         * per-row tests. */
+        auto load_iteration = [&](int head, int m0, int stage) {
             const int rows = min(BLOCK_M, seq.sq - m0);
             T *sQ = sQ0 + stage * 2 * BLOCK_M * SD;
             T *sdO = sQ + BLOCK_M * SD;
@@ -191,9 +172,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                          (seq.q_start + m0) * p.fwd.q_row_stride + head * p.fwd.q_head_stride;
             const T *dout = reinterpret_cast<const T *>(p.dout) + batch * p.do_batch_stride +
                             (seq.q_start + m0) * p.do_row_stride + head * p.do_head_stride;
-            flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS, LD>(sQ, q, p.fwd.q_row_stride, rows, p.fwd.head_dim);
-            flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS, LD>(sdO, dout, p.do_row_stride, rows,
-                                                                 p.fwd.head_dim_v);
+            if (rows == BLOCK_M && p.fwd.head_dim == HEAD_DIM && p.fwd.head_dim_v == HEAD_DIM) {
+                flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS, LD, false>(sQ, q, p.fwd.q_row_stride, 0, 0);
+                flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS, LD, false>(sdO, dout, p.do_row_stride, 0, 0);
+            } else {
+                flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS, LD>(sQ, q, p.fwd.q_row_stride, rows,
+                                                                     p.fwd.head_dim);
+                flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS, LD>(sdO, dout, p.do_row_stride, rows,
+                                                                     p.fwd.head_dim_v);
+            }
             constexpr int ROW_CHUNKS = BLOCK_M / 4; /* 16-byte chunks of one row buffer */
             if (threadIdx.x < 2 * ROW_CHUNKS) {
                 const int which = threadIdx.x / ROW_CHUNKS, c = threadIdx.x % ROW_CHUNKS;
@@ -209,15 +196,22 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                                                                  p.fwd.k_row_stride, keys, p.fwd.head_dim);
             flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS, LD>(sV, v_seq + n0 * p.fwd.v_row_stride,
                                                                  p.fwd.v_row_stride, keys, p.fwd.head_dim_v);
-            load_iteration(0, 0); /* commits K, V and iteration 0 as one group */
+            load_iteration(head_k * group, m_first * BLOCK_M, 0); /* commits K, V and iteration 0 as one group */
         }
 
         const uint32_t sK_addr = flashc_smem_addr(sK), sV_addr = flashc_smem_addr(sV);
         const uint32_t sP_addr = flashc_smem_addr(sP), sdS_addr = flashc_smem_addr(sdS);
+        /* iteration it: query head head_k * group + it / m_count, row block
+         * m_first + it % m_count, stepped rather than divided */
+        int head = head_k * group, m_block = m_first;
         for (int it = 0; it < iters; ++it) {
             const int stage = stages == 2 ? (it & 1) : 0;
-            const int head = head_k * group + it / m_count;
-            const int m0 = (m_first + it % m_count) * BLOCK_M;
+            const int m0 = m_block * BLOCK_M;
+            int next_head = head, next_m_block = m_block + 1;
+            if (next_m_block == m_first + m_count) {
+                next_m_block = m_first;
+                ++next_head;
+            }
             T *sQ = sQ0 + stage * 2 * BLOCK_M * SD;
             T *sdO = sQ + BLOCK_M * SD;
             const float *sRows = sRows0 + stage * 2 * BLOCK_M;
@@ -225,7 +219,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
 
             flashc_cp_async_wait<0>();
             __syncthreads(); /* (A) */
-            if (stages == 2 && it + 1 < iters) load_iteration(it + 1, stage ^ 1);
+            if (stages == 2 && it + 1 < iters) load_iteration(next_head, next_m_block * BLOCK_M, stage ^ 1);
 
             /* S = Q K^T, dP = dO V^T */
             float acc_sdp[2][S_ROW_ATOMS][S_COL_ATOMS][4];
@@ -300,56 +294,32 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
             }
 
             /* dQ += dS K, a chunk of columns at a time; rows past the
-             * sequence add zeros into the tile's padding rows of the
-             * workspace (bwd_workspace.h), so they need no test */
-            float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
-            /* one chunk: dQ columns [dim0, dim0 + DQ_CHUNK) of the warp's rows from row0, lane ln */
-            auto dq_chunk = [&](float (&acc_dq)[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4], int ln, int row0, int dim0) {
-                flashc_zero_acc(acc_dq[0]);
-                const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, ln, row0, 0)};
-                const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, ln, 0, dim0)};
-                flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD, 1>(acc_dq,
-                                                                                                        a_q, b_q);
-            };
-            if constexpr (DQ_ONE_BLOCK) {
-                /* the chunks unrolled, those past the head dim predicated
-                 * off rather than skipped, so dV / dK / dQ are one basic
-                 * block; the lane's dQ addresses come from a lane id read
-                 * here, which ptxas cannot hoist and keep live through S / dP */
-                int dq_lane;
-                asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(dq_lane));
-                const int dq_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32), 0);
-                const int dq_row0 = (dq_warp / Q_WARPS_D) * Q_ROWS, dq_dim0 = (dq_warp % Q_WARPS_D) * Q_DIMS;
-#pragma unroll
-                for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
-                    const int dim0 = dq_dim0 + c0;
-                    float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
-                    dq_chunk(acc_dq, dq_lane, dq_row0, dim0);
-                    float *dq_at =
-                        dq_rows + (int64_t)(dq_row0 + dq_lane / 4) * p.fwd.head_dim + dim0 + 2 * (dq_lane % 4);
-                    flashc_bwd_add_dq_pred<Q_ROW_ATOMS, DQ_COL_ATOMS>(dq_at, acc_dq[0], p.fwd.head_dim,
-                                                                      p.fwd.head_dim - dim0 - 2 * (dq_lane % 4));
-                }
-            } else {
+             * sequence and columns past the head dim add zeros into the
+             * workspace's padding (bwd_workspace.h), so they need no test */
+            float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * HEAD_DIM;
+            /* one chunk at a time, each chunk's adds right after its
+             * products (all chunks' products first, with the adds bunched
+             * at the end, measured 4 % slower at d128) */
 #pragma unroll 1
-                for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
-                    const int dim0 = q_dim0 + c0;
-                    if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
-                    float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
-                    dq_chunk(acc_dq, lane, q_row0, dim0);
-                    float *dq_lane = dq_rows + (int64_t)(q_row0 + g) * p.fwd.head_dim + dim0 + 2 * t;
-                    if (p.fwd.head_dim == HEAD_DIM)
-                        flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane, acc_dq[0], 0, 0);
-                    else
-                        flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, 0>(dq_lane, acc_dq[0], p.fwd.head_dim,
-                                                                        p.fwd.head_dim - dim0 - 2 * t);
-                }
+            for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
+                const int dim0 = q_dim0 + c0;
+                if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
+                float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
+                flashc_zero_acc(acc_dq[0]);
+                const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0)};
+                const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, dim0)};
+                flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD, 1>(acc_dq, a_q,
+                                                                                                        b_q);
+                flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_rows + (q_row0 + g) * HEAD_DIM + dim0 + 2 * t,
+                                                                       acc_dq[0]);
             }
 
             if (stages == 1 && it + 1 < iters) {
                 __syncthreads(); /* every warp is done with the one stage */
-                load_iteration(it + 1, 0);
+                load_iteration(next_head, next_m_block * BLOCK_M, 0);
             }
+            head = next_head;
+            m_block = next_m_block;
         }
 
         /* Epilogue: dK * scale and dV, straight from the fragments. Keys of

@@ -19,12 +19,13 @@
 template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL>
 static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t stream) {
     typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
-    auto kernel = flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS, C::S_WARPS_M, C::KV_WARPS_N,
-                                    C::Q_WARPS_M, C::DQ_CHUNK, C::DQ_ONE_BLOCK, C::SWIZZLE, GENERAL>;
+    auto kernel = flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS,
+                                    GENERAL ? C::GENERAL_S_WARPS_M : C::S_WARPS_M, C::KV_WARPS_N, C::Q_WARPS_M,
+                                    C::DQ_CHUNK, C::SWIZZLE, GENERAL>;
     /* the workspace was laid out in the plan's tiles, which this
      * configuration's blocks must divide; anything else would read and
      * write wrong rows */
-    if (p.tile_m % C::BLOCK_M != 0) return cudaErrorInvalidValue;
+    if (p.tile_m % C::BLOCK_M != 0 || p.dq_cols != HEAD_DIM) return cudaErrorInvalidValue;
     unsigned grid;
     cudaError_t err = flashc_flat_grid(p.nchunks, p.fwd.nheads_k, p.fwd.batch, &grid);
     if (err != cudaSuccess || grid == 0) return err;

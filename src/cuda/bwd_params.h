@@ -27,8 +27,9 @@ typedef struct flashc_bwd_params {
      * head, laid out with flashc_padded_row_offset(first row, b, tile_m). */
     float *lse2;                    /* [nheads][ws_rows] LSE * log2(e); +inf on padding rows */
     float *dsum;                    /* [nheads][ws_rows] D = rowsum(dO * O) - dLSE; 0 on padding */
-    float *dq_accum;                /* [dq_slices][nheads][ws_rows][head_dim], unscaled dQ */
+    float *dq_accum;                /* [dq_slices][nheads][ws_rows][dq_cols], unscaled dQ */
     int64_t ws_rows;
+    int dq_cols;                    /* dq_accum's row (bwd_workspace.h) */
     int64_t dq_slice_stride;        /* floats between two slices */
     int dq_slices;
     int tile_m;                     /* the m-block of the main kernel: every kernel's row tile */

@@ -87,11 +87,11 @@ __global__ void __launch_bounds__(FLASHC_BWD_PRE_THREADS) flashc_bwd_preprocess_
     }
 
     /* zeros over the chunk's rows in every dQ slice: FLASHC_BWD_PRE_ROWS *
-     * head_dim floats, contiguous (the tile's rows are) */
-    const int64_t quads = (int64_t)FLASHC_BWD_PRE_ROWS * p.fwd.head_dim / 4;
+     * dq_cols floats, contiguous (the tile's rows are) */
+    const int64_t quads = (int64_t)FLASHC_BWD_PRE_ROWS * p.dq_cols / 4;
     for (int s = 0; s < p.dq_slices; ++s) {
         float4 *acc4 = reinterpret_cast<float4 *>(p.dq_accum + s * p.dq_slice_stride +
-                                                  (head * p.ws_rows + ws_row + r0) * p.fwd.head_dim);
+                                                  (head * p.ws_rows + ws_row + r0) * p.dq_cols);
         for (int64_t i = threadIdx.x; i < quads; i += FLASHC_BWD_PRE_THREADS) acc4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     /* and the count of additions of the query block starting here */

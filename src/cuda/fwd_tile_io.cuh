@@ -10,8 +10,11 @@
  * src + r * row_stride into shared memory in layout L (smem_tile.cuh).
  * Rows >= valid_rows and columns >= valid_cols are zero-filled without
  * reading global memory; src (row 0, column 0) must be valid. All THREADS
- * threads of the CTA take part; dst starts on a 128-byte boundary. */
-template <typename T, int ROWS, int HEAD_DIM, int THREADS, class L = flashc_smem_tile<HEAD_DIM>>
+ * threads of the CTA take part; dst starts on a 128-byte boundary.
+ * CHECKED false: the caller knows every row and column is valid (a whole
+ * tile), and the copies go without a test or a fallback address each
+ * (a loop head's worth of instructions in the backward, bench/NOTES.md). */
+template <typename T, int ROWS, int HEAD_DIM, int THREADS, class L = flashc_smem_tile<HEAD_DIM>, bool CHECKED = true>
 static __device__ __forceinline__ void flashc_load_tile_async(T *dst, const T *src, int64_t row_stride,
                                                               int valid_rows, int valid_cols) {
     static_assert(sizeof(T) == 2, "tiles of 16-bit elements");
@@ -36,9 +39,12 @@ static __device__ __forceinline__ void flashc_load_tile_async(T *dst, const T *s
     for (int i = 0; i < ITERS; ++i) {
         const int r = r0 + i * ROW_STEP;
         if (ROWS % ROW_STEP != 0 && r >= ROWS) break;
-        const bool valid = col_valid && r < valid_rows;
         const uint32_t swz = SWIZZLED ? (uint32_t)((i * ROW_STEP) % 8 * 16) : 0u;
-        flashc_cp_async16((to ^ swz) + i * ROW_STEP * L::ROW_BYTES, valid ? from : src, valid);
+        if (CHECKED) {
+            const bool valid = col_valid && r < valid_rows;
+            flashc_cp_async16((to ^ swz) + i * ROW_STEP * L::ROW_BYTES, valid ? from : src, valid);
+        } else
+            flashc_cp_async16_full((to ^ swz) + i * ROW_STEP * L::ROW_BYTES, from);
         from += ROW_STEP * row_stride;
     }
 }

@@ -185,7 +185,7 @@ struct flashc_hopper_bwd_smem {
     /* dQ goes through the tiles when the accumulator rows are exactly
      * HEAD_DIM floats (then a block's rows are one contiguous range) */
     static __device__ bool dq_via_smem(const flashc_bwd_params &p) {
-        return DQ_IN_SMEM && p.fwd.head_dim == HEAD_DIM;
+        return DQ_IN_SMEM && p.fwd.head_dim == HEAD_DIM && p.dq_cols == HEAD_DIM;
     }
 };
 
@@ -760,7 +760,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                  * g + 8's. Rows of the block inside the sequence, columns
                  * inside d (a multiple of 8: four columns are all inside
                  * or all outside). */
-                float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.fwd.head_dim;
+                float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * p.dq_cols;
                 if (ordered) flashc_named_barrier(FLASHC_HOPPER_BWD_BAR_DQ_GO, FLASHC_HOPPER_BWD_SEQUENCED_THREADS);
                 const int odd = lane & 1;
                 const int row = dq_query0 + 16 * warp_in_group + 8 * odd + lane / 4;
@@ -772,7 +772,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
                     const float got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
                     const int col = dq_col0 + 8 * j + 4 * ((lane % 4) / 2);
                     if (row < rows && col < p.fwd.head_dim)
-                        flashc_red_add_f32x4(dq_rows + (int64_t)row * p.fwd.head_dim + col, odd ? got0 : a[0],
+                        flashc_red_add_f32x4(dq_rows + (int64_t)row * p.dq_cols + col, odd ? got0 : a[0],
                                              odd ? got1 : a[1], odd ? a[2] : got0, odd ? a[3] : got1);
                 }
                 if (ordered)

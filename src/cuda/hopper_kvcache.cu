@@ -53,4 +53,8 @@ int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long 
     return forced("wide") || keys_per_cta >= FLASHC_HOPPER_KVC_WIDE_MIN_KEYS;
 }
 
-int flashc_hopper_kvc_wide_forced(void) { return forced("wide"); }
+int flashc_hopper_kvc_wide_takes(const flashc_kvc_params *p, int device, long long keys, int splits) {
+    return (splits == 1 || forced("wide")) && flashc_hopper_kvc_wide_applies(p, device, (keys + splits - 1) / splits);
+}
+
+int flashc_hopper_kvc_wide_block_n(void) { return flashc_kvc_config<128, FLASHC_HOPPER_KVC_WIDE_WARPS>::BLOCK_N; }

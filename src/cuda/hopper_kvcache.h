@@ -42,8 +42,7 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
  * start and end are not hidden by a second (256 x 1024: +9 %), and paged
  * blocks of 16 (eight table reads and boxes per step) lose 5-14 %
  * (bench/NOTES.md, "the wide kernel"). */
-#define FLASHC_HOPPER_KVC_WIDE_WARPS 8
-#define FLASHC_HOPPER_KVC_WIDE_BLOCK_N 128
+#define FLASHC_HOPPER_KVC_WIDE_WARPS 8 /* its warps_n: kvcache_config.h's row (128, 8) */
 #define FLASHC_HOPPER_KVC_WIDE_MIN_KEYS 16384
 
 /* 1 where the wide kernel may run this problem on `device` with each CTA
@@ -51,8 +50,10 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
  * for tests), else 0. The TMA kernel may still turn the problem down
  * (tensor map strides): the portable kernel then runs it, unsplit. */
 int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta);
-/* FLASHC_CUDA_KVCACHE=wide: the wide kernel wherever it can run, split
- * as its own heuristic says (one CTA per SM), so tests reach it. */
-int flashc_hopper_kvc_wide_forced(void);
+/* The same for a call of `splits` key splits over `keys` keys: the wide
+ * kernel runs unsplit only, unless FLASHC_CUDA_KVCACHE=wide forces it. */
+int flashc_hopper_kvc_wide_takes(const flashc_kvc_params *p, int device, long long keys, int splits);
+/* Keys per step of the wide kernel. */
+int flashc_hopper_kvc_wide_block_n(void);
 
 #endif

@@ -148,24 +148,22 @@ typedef struct kvc_split_plan {
     int splits, wide;
 } kvc_split_plan;
 
-static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp) {
+static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kvc_params *params) {
     const flashc_problem *p = &kp->attn;
-    const flashc_kvc_params params = kvc_params(p);
     const long long keys = kvc_keys(p);
     kvc_split_plan plan = {1, 0};
     if (kp->num_splits >= 1) {
         plan.splits = kp->num_splits < FLASHC_KVC_MAX_SPLITS ? kp->num_splits : FLASHC_KVC_MAX_SPLITS;
-        plan.wide = (plan.splits == 1 || flashc_hopper_kvc_wide_forced()) &&
-                    flashc_hopper_kvc_wide_applies(&params, p->device_index, (keys + plan.splits - 1) / plan.splits);
+        plan.wide = flashc_hopper_kvc_wide_takes(params, p->device_index, keys, plan.splits);
         return plan;
     }
     const int sms = flashc_cuda_device_sms(p->device_index);
     const long long ctas = p->batch * p->nheads_k; /* the wide kernel's tiles: one per (sequence, KV head) */
-    const long long key_blocks = (keys + FLASHC_HOPPER_KVC_WIDE_BLOCK_N - 1) / FLASHC_HOPPER_KVC_WIDE_BLOCK_N;
+    const long long block_n = flashc_hopper_kvc_wide_block_n();
+    const long long key_blocks = (keys + block_n - 1) / block_n;
     if (sms > 0 && ctas > 0 && key_blocks > 0) {
         const int wide_splits = kvc_split_heuristic(ctas, sms, key_blocks);
-        if ((wide_splits == 1 || flashc_hopper_kvc_wide_forced()) &&
-            flashc_hopper_kvc_wide_applies(&params, p->device_index, (keys + wide_splits - 1) / wide_splits)) {
+        if (flashc_hopper_kvc_wide_takes(params, p->device_index, keys, wide_splits)) {
             plan.splits = wide_splits; /* more than 1 only when forced (tests) */
             plan.wide = 1;
             return plan;
@@ -183,7 +181,8 @@ static size_t kvc_partial_bytes(const flashc_problem *p, int splits) {
 }
 
 extern "C" size_t flashc_cuda_kvcache_workspace_size(const flashc_kvcache_problem *kp) {
-    return kvc_partial_bytes(&kp->attn, kvc_plan(kp).splits);
+    const flashc_kvc_params params = kvc_params(&kp->attn);
+    return kvc_partial_bytes(&kp->attn, kvc_plan(kp, &params).splits);
 }
 
 /* ---- the KV-cache call ------------------------------------------------------ */
@@ -240,7 +239,7 @@ extern "C" flashc_status flashc_cuda_kvcache(flashc_kvcache_problem *kp) {
         c.k.q_row_stride = p->nheads * p->head_dim;
         c.k.q_batch_stride = p->seqlen_q * p->nheads * p->head_dim;
     }
-    const kvc_split_plan plan = kvc_plan(kp);
+    const kvc_split_plan plan = kvc_plan(kp, &c.k);
     const int splits = plan.splits;
     c.k.wide = plan.wide;
     const size_t partial_bytes = kvc_partial_bytes(p, splits);

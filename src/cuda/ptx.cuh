@@ -22,6 +22,11 @@ static __device__ __forceinline__ void flashc_cp_async16(uint32_t smem_addr, con
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes));
 }
 
+/* The same, always reading the 16 bytes. */
+static __device__ __forceinline__ void flashc_cp_async16_full(uint32_t smem_addr, const void *gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr), "l"(gmem));
+}
+
 static __device__ __forceinline__ void flashc_cp_async_commit(void) {
     asm volatile("cp.async.commit_group;\n" ::);
 }
