@@ -18,11 +18,13 @@
  * BLOCK_N * 2 * HEAD_DIM / (32 WARPS) live through the whole loop, S + dP =
  * 2 BLOCK_M BLOCK_N / (32 WARPS), one dQ chunk = BLOCK_M DQ_CHUNK / (32 WARPS).
  * SWIZZLE: K, V, Q, dO tiles swizzled where the head dim allows
- * (smem_tile.cuh), else rows padded by 16 bytes. Swizzled measured on the
- * H200 (bench/NOTES.md "swizzled tiles"): +5 % at d256, -1.5 % at d64
- * (ptxas spills more), -2 % at d128; d96 / d192 rows cannot be swizzled.
- * The SMALL configurations (sm_86 / sm_89, not measured) follow their head
- * dim's choice.
+ * (smem_tile.cuh), and P, dS too at 128 keys, else rows padded by 16
+ * bytes; d96 / d192 rows cannot be swizzled. Unpadded rows are what fit
+ * two Q / dO stages of d64 and d128 into A100's 163 KiB (one stage before:
+ * with two, +6 to +13 % under that limit on the H200, +1 to +4 % without
+ * it: bench/NOTES.md "swizzled P and dS"; swizzled K, V, Q, dO gave d256
+ * +5 %, "swizzled tiles"; its 64-key P / dS rows stay padded). The SMALL
+ * configurations (sm_86 / sm_89, not measured) keep padded rows.
  *
  * Shared memory: K, V (BLOCK_N rows), Q and dO (BLOCK_M rows, two stages
  * where the device has room, else one), P and dS (BLOCK_M x BLOCK_N, 16-bit),
@@ -37,9 +39,9 @@
 
 #define FLASHC_BWD_CONFIGS(X)                                                                               \
     /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M GENERAL_S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK SWIZZLE SMALL */ \
-    X(64, 128, 128, 8, 2, 4, 4, 4, 32, 0, 0)                                                                \
+    X(64, 128, 128, 8, 2, 4, 4, 4, 32, 1, 0)                                                                \
     X(96, 64, 128, 8, 2, 2, 4, 4, 48, 0, 0)                                                                 \
-    X(128, 64, 128, 8, 2, 2, 4, 4, 32, 0, 0)                                                                \
+    X(128, 64, 128, 8, 2, 2, 4, 4, 32, 1, 0)                                                                \
     X(192, 64, 64, 8, 2, 2, 2, 4, 32, 0, 0)                                                                 \
     X(256, 64, 64, 8, 4, 2, 2, 4, 32, 1, 0)                                                                 \
     /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */                        \
@@ -71,9 +73,14 @@ FLASHC_BWD_CONFIGS(FLASHC_BWD_CONFIG_STRUCT)
 
 /* Shared memory of one CTA, in bytes (16-bit elements), with `stages`
  * buffers of Q, dO and their LSE / D rows: K, V, Q, dO tiles as
- * smem_tile.cuh lays them out, P and dS rows padded by 16 bytes. */
+ * smem_tile.cuh lays them out, P and dS rows as FLASHC_BWD_P_ROW_BYTES says. */
 #define FLASHC_BWD_SMEM_BYTES(head_dim, block_m, block_n, swizzle, stages)                                \
     ((2 * (block_n) + (stages) * 2 * (block_m)) * FLASHC_TILE_ROW_BYTES_IF(head_dim, swizzle) +            \
-     2 * (block_m) * ((block_n) + 8) * 2 + (stages) * 2 * (block_m) * 4 + FLASHC_TILE_ALIGN)
+     2 * (block_m) * FLASHC_BWD_P_ROW_BYTES(head_dim, block_n, swizzle) + (stages) * 2 * (block_m) * 4 +    \
+     FLASHC_TILE_ALIGN)
+/* A P / dS row: unpadded (swizzled) where the other tiles are swizzled and
+ * the block has 128 keys, else padded by 16 bytes (bwd_kernel.cuh) */
+#define FLASHC_BWD_P_ROW_BYTES(head_dim, block_n, swizzle)                                                  \
+    (((swizzle) && FLASHC_TILE_SWIZZLED(head_dim) && (block_n) % 128 == 0) ? 2 * (block_n) : 2 * ((block_n) + 8))
 
 #endif

@@ -84,9 +84,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
     constexpr int THREADS = WARPS * 32;
     typedef flashc_smem_tile<HEAD_DIM, SWIZZLE> LD; /* Q, dO, K, V tiles */
     constexpr int SD = LD::ROW_BYTES / (int)sizeof(T); /* their rows (elements) */
-    constexpr int SP = BLOCK_N + 8;               /* P, dS rows (elements) */
+    /* P, dS tiles: swizzled with the others at 128 keys (unpadded 256-byte
+     * rows: what lets d64 / d128 keep two stages in A100's 163 KiB), else
+     * rows padded by 16 bytes (at d256, 64 keys, swizzled P / dS made ptxas
+     * spill 56 bytes) */
+    constexpr bool P_SWIZZLED = flashc_smem_is_swizzled<LD>::value && BLOCK_N % 128 == 0;
+    constexpr int SP = P_SWIZZLED ? BLOCK_N : BLOCK_N + 8; /* P, dS rows (elements) */
     constexpr int SP_BYTES = SP * (int)sizeof(T);
-    typedef flashc_smem_plain<SP_BYTES> LP; /* P, dS tiles */
+    typedef typename std::conditional<P_SWIZZLED, flashc_smem_swizzled<SP_BYTES>, flashc_smem_plain<SP_BYTES>>::type
+        LP;
 
     /* S, dP: warp tile S_ROWS x S_COLS */
     constexpr int S_WARPS_N = WARPS / S_WARPS_M;
@@ -111,6 +117,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                       ((BLOCK_M * SP_BYTES) % 128 == 0 && (KV_DIMS / 8 & (KV_DIMS / 8 - 1)) == 0 &&
                        (DQ_CHUNK / 8 & (DQ_CHUNK / 8 - 1)) == 0),
                   "swizzled tile layout");
+    /* swizzled P / dS: the score stores step 8-column atoms from a chunk
+     * that is a multiple of their count, the dV / dK GEMMs 16-key atoms
+     * from a multiple of theirs */
+    static_assert(!P_SWIZZLED || ((S_COL_ATOMS & (S_COL_ATOMS - 1)) == 0 && S_COL_ATOMS <= 8 &&
+                                  (KV_ROW_ATOMS & (KV_ROW_ATOMS - 1)) == 0),
+                  "swizzled P / dS layout");
 
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned char *smem = flashc_tile_base<LD>(smem_raw);
@@ -252,14 +264,18 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                 pos.sk = seq.sk;
                 const bool masked = flashc_tile_needs_mask(m0, min(BLOCK_M, seq.sq - m0), n0, BLOCK_N, seq.sk, shift,
                                                            p.fwd.window_left, p.fwd.window_right);
-                const int at = (s_row0 + g) * SP + s_col0 + 2 * t;
+                /* this lane's element of the warp's tile (byte offset; the
+                 * tiles start on a 128-byte line) */
+                const uint32_t at = LP::offset(s_row0 + g, s_col0 / 8) + 4 * t;
+                unsigned char *sP_bytes = reinterpret_cast<unsigned char *>(sP);
+                unsigned char *sdS_bytes = reinterpret_cast<unsigned char *>(sdS);
                 if (GENERAL) {
                     /* one copy of the score code per softcap / dropout combination, picked per tile */
                     const float slope = flashc_alibi_slope_log2(p.fwd, batch, head);
                     auto scores = [&](auto softcap, auto dropout) {
-                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, true, decltype(softcap)::value,
+                        flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, LP, true, decltype(softcap)::value,
                                           decltype(dropout)::value>(acc_s, acc_dp, lse2, dsum, p.fwd, pos, masked,
-                                                                    slope, batch, head, sP + at, sdS + at);
+                                                                    slope, batch, head, sP_bytes, sdS_bytes, at);
                     };
                     constexpr std::true_type on{};
                     constexpr std::false_type off{};
@@ -273,13 +289,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                     else
                         scores(off, off);
                 } else if (masked) /* plain: the mask test compiled only into tiles that need it */
-                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, false>(acc_s, acc_dp, lse2, dsum, p.fwd, pos,
-                                                                              true, 0.0f, batch, head, sP + at,
-                                                                              sdS + at);
+                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, LP, false>(acc_s, acc_dp, lse2, dsum, p.fwd, pos,
+                                                                              true, 0.0f, batch, head, sP_bytes,
+                                                                              sdS_bytes, at);
                 else
-                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, SP, false>(acc_s, acc_dp, lse2, dsum, p.fwd, pos,
-                                                                              false, 0.0f, batch, head, sP + at,
-                                                                              sdS + at);
+                    flashc_bwd_scores<T, S_ROW_ATOMS, S_COL_ATOMS, LP, false>(acc_s, acc_dp, lse2, dsum, p.fwd, pos,
+                                                                              false, 0.0f, batch, head, sP_bytes,
+                                                                              sdS_bytes, at);
             }
             __syncthreads(); /* (B) */
 

@@ -22,8 +22,9 @@
 #include "ptx.cuh"
 
 /* lse2 / dsum: this thread's rows (index 2 * i + half: row g + 8 * half of
- * row atom i). sP / sdS: this thread's element (row g, column 2 * (lane % 4))
- * of the warp's tile. GENERAL: the kernel's general variant (ALiBi and any
+ * row atom i). sP / sdS: the tiles, of layout LP (smem_tile.cuh); at: the
+ * byte offset of this thread's element (row g, column 2 * (lane % 4)) of
+ * the warp's tile, from which the others are LP::at steps. GENERAL: the kernel's general variant (ALiBi and any
  * scale; SOFTCAP, DROPOUT: those features, compiled in only where on, so
  * the element loop has no run-time branches). Without GENERAL the logit
  * rule, ALiBi and dropout drop out and P = 2^(S * scale * log2 e - LSE *
@@ -31,7 +32,7 @@
  * passes `masked` as a constant, so tiles inside the visible band carry no
  * comparisons. ALiBi runs in every general tile: a zero slope subtracts an
  * exact zero. */
-template <typename T, int ROW_ATOMS, int COL_ATOMS, int TILE_ROW, bool GENERAL, bool SOFTCAP = false,
+template <typename T, int ROW_ATOMS, int COL_ATOMS, class LP, bool GENERAL, bool SOFTCAP = false,
           bool DROPOUT = false>
 static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_ATOMS][COL_ATOMS][4],
                                                          const float (&dp)[ROW_ATOMS][COL_ATOMS][4],
@@ -39,7 +40,8 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
                                                          const float (&dsum)[2 * ROW_ATOMS],
                                                          const flashc_fwd_params &p, flashc_tile_pos pos,
                                                          bool masked, float alibi_slope_log2, int batch,
-                                                         int head, T *sP, T *sdS) {
+                                                         int head, unsigned char *sP, unsigned char *sdS,
+                                                         uint32_t at) {
     static_assert(GENERAL || (!SOFTCAP && !DROPOUT), "softcap and dropout run in the general variant");
 #pragma unroll
     for (int i = 0; i < ROW_ATOMS; ++i) {
@@ -87,9 +89,9 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
                     ds[e] = prob * (dpe - dsum[r]);
                     if (SOFTCAP) ds[e] *= 1.0f - th * th;
                 }
-                const int at = (16 * i + 8 * half) * TILE_ROW + 8 * j;
-                *reinterpret_cast<uint32_t *>(sP + at) = flashc_pack2<T>(pd[0], pd[1]);
-                *reinterpret_cast<uint32_t *>(sdS + at) = flashc_pack2<T>(ds[0], ds[1]);
+                const uint32_t to = LP::at(at, j, 16 * i + 8 * half);
+                *reinterpret_cast<uint32_t *>(sP + to) = flashc_pack2<T>(pd[0], pd[1]);
+                *reinterpret_cast<uint32_t *>(sdS + to) = flashc_pack2<T>(ds[0], ds[1]);
             }
         }
     }
