@@ -9,7 +9,7 @@
 #             mode) with their output, test_cuda_kvcache again on the
 #             portable kernel and on the Hopper wide kernel (quick), the portable kernels under the
 #             shared memory of an sm_86 / sm_89 part (FLASHC_CUDA_SMEM_LIMIT),
-#             and a default `flashc run` (GPU)
+#             the portable backward under an A100's, and a default `flashc run` (GPU)
 #             checked against the reference: ctest.log
 #   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid,
 #             default kernels and the portable ones), on test_cuda_kvcache
@@ -153,6 +153,13 @@ step_ctest() {
       timeout "$(budget 300)" ./test_cuda_kvcache && FLASHC_TEST_FILTER=features_alone timeout "$(budget 300)" \
           ./test_cuda_forward ) > "$SCRATCH/cuda_99k.log" 2>&1 &
     local small_pid=$!
+    # and with A100's 163 KiB per CTA: two Q / dO stages at head dims 64 -
+    # 128 (unpadded tiles), one at 192 / 256 (the one-stage path, which the
+    # H200 does not take by itself)
+    ( cd "$B/tests" && FLASHC_CUDA_SMEM_LIMIT=166912 FLASHC_CUDA_BACKWARD=portable \
+          FLASHC_TEST_FILTER=every_configuration timeout "$(budget 300)" ./test_cuda_backward ) \
+        > "$SCRATCH/cuda_163k.log" 2>&1 &
+    local a100_pid=$!
     timeout "$(budget 300)" ctest --test-dir "$B" -E '^test_cuda_(forward|backward)$' -j 8 --output-on-failure \
         > "$log" 2>&1
     local rc_cpu=$?
@@ -162,6 +169,8 @@ step_ctest() {
     local rc_kvw=$?
     wait "$small_pid"
     local rc_small=$?
+    wait "$a100_pid"
+    local rc_a100=$?
     wait "$fwd_pid"
     local rc_fwd=$? rc_bwd=0 pid bwd_passed=0 bwd_count=0
     for pid in "${bwd_pids[@]}"; do wait "$pid" || rc_bwd=1; done
@@ -189,6 +198,10 @@ step_ctest() {
         echo "    features_alone (quick) ==="
         grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/cuda_99k.log"
         echo
+        echo "=== the portable backward at A100's 163 KiB per CTA (FLASHC_CUDA_SMEM_LIMIT=166912):"
+        echo "    test_cuda_backward every_configuration ==="
+        grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/cuda_163k.log"
+        echo
         echo "=== flashc run (default problem on the GPU, checked against the reference) ==="
         timeout "$(budget 120)" "$B/flashc" run --repeat 5 --warmup 2 --quiet
         echo "flashc run exit status: $?"
@@ -201,9 +214,10 @@ step_ctest() {
     NOTE[ctest]+="; test_cuda_kvcache portable: $( [ "$rc_kvp" -eq 0 ] && echo passed || echo "status $rc_kvp")"
     NOTE[ctest]+="; wide: $( [ "$rc_kvw" -eq 0 ] && echo passed || echo "status $rc_kvw")"
     NOTE[ctest]+="; 99 KiB portable: $( [ "$rc_small" -eq 0 ] && echo passed || echo "status $rc_small")"
+    NOTE[ctest]+="; 163 KiB portable backward: $( [ "$rc_a100" -eq 0 ] && echo passed || echo "status $rc_a100")"
     grep -q '^result    PASS' "$log" || NOTE[ctest]+="; flashc run check did not PASS"
     [ "$rc_cpu" -eq 0 ] && [ "$rc_fwd" -eq 0 ] && [ "$rc_bwd" -eq 0 ] && [ "$rc_kvp" -eq 0 ] && [ "$rc_kvw" -eq 0 ] &&
-        [ "$rc_small" -eq 0 ] &&
+        [ "$rc_small" -eq 0 ] && [ "$rc_a100" -eq 0 ] &&
         grep -q '^result    PASS' "$log"
 }
 
