@@ -180,7 +180,7 @@ static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_b
     k.dq_accum = (float *)(ws + L->dq_offset);
     k.ws_rows = L->ws_rows;
     k.dq_slice_stride = L->dq_slice_stride;
-    k.dq_cols = plan->dq_cols;
+    k.dq_cols = plan->head_dim;
     k.dq_slices = plan->dq_slices;
     k.tile_m = plan->tile_m;
     k.nchunks = plan->nchunks;

@@ -29,7 +29,7 @@ typedef struct flashc_bwd_params {
     float *dsum;                    /* [nheads][ws_rows] D = rowsum(dO * O) - dLSE; 0 on padding */
     float *dq_accum;                /* [dq_slices][nheads][ws_rows][dq_cols], unscaled dQ */
     int64_t ws_rows;
-    int dq_cols;                    /* dq_accum's row (bwd_workspace.h) */
+    int dq_cols;                    /* dq_accum's row: the plan's head_dim (bwd_workspace.h) */
     int64_t dq_slice_stride;        /* floats between two slices */
     int dq_slices;
     int tile_m;                     /* the m-block of the main kernel: every kernel's row tile */

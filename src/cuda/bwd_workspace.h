@@ -4,7 +4,7 @@
  *
  *   lse2      [nheads][ws_rows]                    float32  LSE * log2(e)
  *   dsum      [nheads][ws_rows]                    float32  D = rowsum(dO * O) - dLSE
- *   dq_accum  [dq_slices][nheads][ws_rows][dq_cols] float32  dQ before the scale
+ *   dq_accum  [dq_slices][nheads][ws_rows][D]      float32  dQ before the scale (D: the plan's head_dim)
  *   dq_order  [nheads][ws_rows / dq_order_rows]    int32    deterministic on the Hopper path only:
  *                                                           per query block, the key blocks that
  *                                                           have added into its dQ rows
@@ -46,7 +46,10 @@
 #define FLASHC_BWD_DET_SLICES_CAP ((int64_t)2 << 30)
 
 typedef struct flashc_bwd_plan {
-    int head_dim;       /* the configuration's HEAD_DIM */
+    int head_dim;       /* the configuration's HEAD_DIM; also dq_accum's row, in floats: the
+                           portable kernel adds its columns past d (zeros) without a test
+                           each, the Hopper kernel columns inside d at the same stride (and the
+                           portable kernel may run a Hopper plan the Hopper kernel declined) */
     int small;          /* its SMALL configuration (a device with 99 KiB per CTA) */
     int tile_m;         /* the workspace's row tile: a multiple of every main kernel's BLOCK_M */
     int block_n;        /* its BLOCK_N */
@@ -56,11 +59,6 @@ typedef struct flashc_bwd_plan {
     int dq_order_rows;  /* deterministic on the Hopper path: query rows per dq_order entry (its
                            BLOCK_M); else 0 */
     int head_splits;    /* Hopper path: CTAs sharing one (key block, kv head)'s query heads */
-    int dq_cols;        /* dq_accum's row: the portable configuration's HEAD_DIM, whose
-                           kernel adds its columns past d (zeros) without a test each; the
-                           Hopper kernel adds columns inside d only, at the same row stride
-                           (and the portable kernel may run a Hopper plan the Hopper kernel
-                           declined) */
 } flashc_bwd_plan;
 
 typedef struct flashc_bwd_layout {
@@ -135,7 +133,7 @@ static inline int flashc_bwd_head_splits(const flashc_problem *p, int64_t key_bl
 /* hopper: the Hopper kernel will run the problem (flashc_hopper_bwd_applies);
  * sms: the device's multiprocessors. */
 static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool hopper, int sms, int smem_optin) {
-    flashc_bwd_plan plan = {0, 0, 0, 0, 0, 1, 1, 0, 1, 0};
+    flashc_bwd_plan plan = {0, 0, 0, 0, 0, 1, 1, 0, 1};
     const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     /* the smallest head dim that holds d and dv; its SMALL configuration
      * where one stage of the other does not fit the device (16-bit types) */
@@ -151,7 +149,6 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
     FLASHC_BWD_CONFIGS(FLASHC_BWD_PICK)
 #undef FLASHC_BWD_PICK
     if (plan.head_dim == 0) return plan; /* unreachable: validation caps head dims at 256 */
-    plan.dq_cols = plan.head_dim;
     plan.key_blocks = (p->seqlen_k + plan.block_n - 1) / plan.block_n;
     int64_t chunks = plan.key_blocks > 0 ? plan.key_blocks : 1;
     const int hopper_n = flashc_hopper_bwd_block_n(d);
@@ -164,7 +161,7 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
         int64_t want = (FLASHC_BWD_DET_TARGET_CTAS + units - 1) / units;
         if (want < chunks) chunks = want;
         const int64_t rows = flashc_padded_rows(p->total_q, p->batch, plan.tile_m);
-        const int64_t slice_bytes = p->nheads * rows * plan.dq_cols * (int64_t)sizeof(float);
+        const int64_t slice_bytes = p->nheads * rows * plan.head_dim * (int64_t)sizeof(float);
         if (slice_bytes > 0 && chunks * slice_bytes > FLASHC_BWD_DET_SLICES_CAP)
             chunks = FLASHC_BWD_DET_SLICES_CAP / slice_bytes;
         if (chunks < 1) chunks = 1;
@@ -180,7 +177,7 @@ static inline flashc_bwd_layout flashc_bwd_layout_of(const flashc_problem *p, co
     flashc_bwd_layout L;
     L.ws_rows = flashc_padded_rows(p->total_q, p->batch, plan->tile_m);
     const size_t per_head_rows = (size_t)(p->nheads * L.ws_rows) * sizeof(float);
-    L.dq_slice_stride = p->nheads * L.ws_rows * plan->dq_cols;
+    L.dq_slice_stride = p->nheads * L.ws_rows * plan->head_dim;
     L.lse2_offset = 0;
     L.dsum_offset = flashc_bwd_align256(per_head_rows);
     L.dq_offset = L.dsum_offset + flashc_bwd_align256(per_head_rows);
