@@ -9,7 +9,8 @@
 #             mode) with their output, test_cuda_kvcache again on the
 #             portable kernel and on the Hopper wide kernel (quick), the portable kernels under the
 #             shared memory of an sm_86 / sm_89 part (FLASHC_CUDA_SMEM_LIMIT),
-#             the portable backward under an A100's, and a default `flashc run` (GPU)
+#             the portable backward under an A100's and its GQA head splits,
+#             and a default `flashc run` (GPU)
 #             checked against the reference: ctest.log
 #   sanitize  compute-sanitizer memcheck on test_cuda_forward (quick grid,
 #             default kernels and the portable ones), on test_cuda_kvcache
@@ -155,9 +156,12 @@ step_ctest() {
     local small_pid=$!
     # and with A100's 163 KiB per CTA: two Q / dO stages at head dims 64 -
     # 128 (unpadded tiles), one at 192 / 256 (the one-stage path, which the
-    # H200 does not take by itself)
-    ( cd "$B/tests" && FLASHC_CUDA_SMEM_LIMIT=166912 FLASHC_CUDA_BACKWARD=portable \
-          FLASHC_TEST_FILTER=every_configuration timeout "$(budget 300)" ./test_cuda_backward ) \
+    # H200 does not take by itself); then the portable backward's GQA head
+    # splits (quick), on the H200's own limit
+    ( cd "$B/tests" && export FLASHC_CUDA_BACKWARD=portable &&
+      FLASHC_CUDA_SMEM_LIMIT=166912 FLASHC_TEST_FILTER=every_configuration timeout "$(budget 300)" \
+          ./test_cuda_backward &&
+      FLASHC_TEST_QUICK=1 FLASHC_TEST_FILTER=gqa_head_splits timeout "$(budget 300)" ./test_cuda_backward ) \
         > "$SCRATCH/cuda_163k.log" 2>&1 &
     local a100_pid=$!
     timeout "$(budget 300)" ctest --test-dir "$B" -E '^test_cuda_(forward|backward)$' -j 8 --output-on-failure \
@@ -199,7 +203,7 @@ step_ctest() {
         grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/cuda_99k.log"
         echo
         echo "=== the portable backward at A100's 163 KiB per CTA (FLASHC_CUDA_SMEM_LIMIT=166912):"
-        echo "    test_cuda_backward every_configuration ==="
+        echo "    test_cuda_backward every_configuration; then its gqa_head_splits (quick) ==="
         grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/cuda_163k.log"
         echo
         echo "=== flashc run (default problem on the GPU, checked against the reference) ==="

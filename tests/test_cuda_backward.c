@@ -292,13 +292,13 @@ static void deterministic_key_block_walk(void **state) {
 
 /* ---- GQA head splits ----------------------------------------------------- */
 
-/* The Hopper kernel may split a kv head's group of query heads over CTAs
- * (float32 dK / dV partials, then summed in split order by one more
- * kernel; the plan's choice depends on the problem's size, so it is forced
- * here through FLASHC_CUDA_BWD_HEAD_SPLITS to each divisor of the group):
- * causal, varlen with seqused_k and a window, softcap at head dim 256,
- * deterministic mode with its ordered dQ. On other GPUs the variable does
- * nothing and the cases run as any others. */
+/* Either kernel (Hopper or portable) may split a kv head's group of query
+ * heads over CTAs (float32 dK / dV partials, then summed in split order by
+ * one more kernel; the plan's choice depends on the problem's size, so it
+ * is forced here through FLASHC_CUDA_BWD_HEAD_SPLITS to each divisor of
+ * the group): causal, varlen with seqused_k and a window, softcap at head
+ * dim 256, deterministic mode (the Hopper kernel's ordered dQ, the
+ * portable kernel's dQ slices). */
 static void gqa_head_splits(void **state) {
     (void)state;
     REQUIRE_GPU();

@@ -227,14 +227,14 @@ int flashc_cuda_device_smem_optin(int dev) {
 
 /* The plan of the kernel that will run (bwd_workspace.h). The environment
  * variable FLASHC_CUDA_BWD_HEAD_SPLITS, a divisor of the GQA group, fixes
- * the Hopper kernel's head splits (for benchmarks of the choice). */
+ * the head splits (for benchmarks of the choice, and tests). */
 static flashc_bwd_plan backward_plan(const flashc_problem *p) {
     const bool hopper = flashc_hopper_bwd_applies(p);
     flashc_bwd_plan plan = flashc_bwd_plan_of(p, hopper, flashc_cuda_device_sms(p->device_index),
                                               flashc_cuda_device_smem_optin(p->device_index));
     const char *forced = getenv("FLASHC_CUDA_BWD_HEAD_SPLITS");
     const int64_t group = p->nheads_k > 0 ? p->nheads / p->nheads_k : 1;
-    if (forced && hopper) {
+    if (forced) {
         const long s = strtol(forced, nullptr, 10);
         if (s >= 1 && s <= group && group % s == 0) plan.head_splits = (int)s;
     }

@@ -6,24 +6,25 @@
 
 cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config,
                                 int small, int general) {
-    const cudaError_t hopper = flashc_hopper_bwd(p, stream, is_bf16);
-    if (hopper == cudaSuccess && p->head_splits > 1) return flashc_bwd_combine_dkv(p, is_bf16, stream);
-    if (hopper != cudaErrorNotSupported) return hopper;
-    /* A plan for the Hopper kernel, which declined (the tensors did not
-     * suit TMA): the portable kernel walks whole groups and writes dK, dV
-     * itself. Deterministic: one dQ accumulator there, no slices; one CTA
-     * per (sequence, kv head), which alone adds into its query heads' dQ
-     * rows, is deterministic: slow, but right. */
-    flashc_bwd_params portable = *p;
-    portable.head_splits = 1;
-    if (p->dq_order) {
-        portable.nchunks = 1;
-        portable.dq_order = nullptr;
-    }
-    p = &portable;
+    cudaError_t err = flashc_hopper_bwd(p, stream, is_bf16);
+    if (err == cudaErrorNotSupported) {
+        /* The portable kernel, for its own plan or for a Hopper plan the
+         * Hopper kernel declined (the tensors did not suit TMA): it walks
+         * the plan's key-block chunks and head splits. Deterministic on
+         * the Hopper plan: one dQ accumulator, no slices; one CTA per
+         * (sequence, kv head, head split), which alone adds into its query
+         * heads' dQ rows, is deterministic: slow, but right. */
+        flashc_bwd_params portable = *p;
+        if (p->dq_order) {
+            portable.nchunks = 1;
+            portable.dq_order = nullptr;
+        }
+        err = cudaErrorInvalidValue; /* unreachable: the plan picks a compiled configuration */
 #define FLASHC_BWD_TRY_CONFIG(HEAD_DIM) \
-    if (head_dim_config == HEAD_DIM) return flashc_bwd_run_hdim##HEAD_DIM(p, stream, is_bf16, small, general);
-    FLASHC_BWD_HEAD_DIMS(FLASHC_BWD_TRY_CONFIG)
+    if (head_dim_config == HEAD_DIM) err = flashc_bwd_run_hdim##HEAD_DIM(&portable, stream, is_bf16, small, general);
+        FLASHC_BWD_HEAD_DIMS(FLASHC_BWD_TRY_CONFIG)
 #undef FLASHC_BWD_TRY_CONFIG
-    return cudaErrorInvalidValue; /* unreachable: the plan picks a compiled configuration */
+    }
+    if (err == cudaSuccess && p->head_splits > 1) err = flashc_bwd_combine_dkv(p, is_bf16, stream);
+    return err;
 }

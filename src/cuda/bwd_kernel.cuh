@@ -34,30 +34,12 @@
 #include "bwd_params.h"
 #include "bwd_rows.cuh"
 #include "bwd_scores.cuh"
+#include "bwd_visibility.h"
 #include "fwd_mask.cuh"
 #include "fwd_seq.cuh"
 #include "fwd_tile_io.cuh"
 #include "ptx.cuh"
-
-/* Query rows [*first, *last] of a sequence (sq queries, sk keys) that see
- * any of the keys [n0, n1); *first > *last when none does. Inverts the
- * visibility rule of flashc_visible_cols: row i sees key j iff
- * j - shift - window_right <= i <= j - shift + window_left. */
-static __device__ __forceinline__ void flashc_bwd_rows_seeing(int n0, int n1, int sq, int sk, int window_left,
-                                                              int window_right, int *first, int *last) {
-    const int shift = sk - sq;
-    long long lo = 0, hi = (long long)sq - 1;
-    if (window_right >= 0) lo = max(lo, (long long)n0 - shift - window_right);
-    if (window_left >= 0) hi = min(hi, (long long)n1 - 1 - shift + window_left);
-    lo = max(lo, 0LL);
-    if (lo > hi) { /* empty (also when lo >= sq or hi < 0) */
-        *first = 0;
-        *last = -1;
-        return;
-    }
-    *first = (int)lo;
-    *last = (int)hi;
-}
+#include "tile_schedule.h"
 
 /* One warp's chunk of dQ = dS K (mma fragments) added into the float32
  * accumulator rows, STRIDE floats apart (the configuration's head dim:
@@ -80,7 +62,8 @@ static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float 
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,
           int Q_WARPS_M, int DQ_CHUNK, bool SWIZZLE, bool GENERAL>
-__global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_bwd_params p, int stages) {
+__global__ void __launch_bounds__(WARPS * 32, 1)
+    flashc_bwd_kernel(const flashc_bwd_params p, const flashc_tile_schedule sched, int stages) {
     constexpr int THREADS = WARPS * 32;
     typedef flashc_smem_tile<HEAD_DIM, SWIZZLE> LD; /* Q, dO, K, V tiles */
     constexpr int SD = LD::ROW_BYTES / (int)sizeof(T); /* their rows (elements) */
@@ -133,11 +116,18 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
     T *sQ0 = sdS + BLOCK_M * SP; /* stage s: sQ0 + s * 2 * BLOCK_M * SD, dO right after its Q */
     float *sRows0 = reinterpret_cast<float *>(sQ0 + stages * 2 * BLOCK_M * SD); /* stage s: LSE2, D */
 
-    const int chunk = (int)(blockIdx.x % p.nchunks);
-    const int head_k = (int)(blockIdx.x / p.nchunks % p.fwd.nheads_k);
-    const int batch = (int)(blockIdx.x / p.nchunks / p.fwd.nheads_k);
+    /* the tile (tile_schedule.h): rank 0 is the first chunk, whose keys
+     * the most queries see under a causal mask; a pair is a (batch, kv
+     * head, head split), the split walking its share of the group's query
+     * heads (head_first on, head_count of them) */
+    int chunk, pair;
+    flashc_schedule_tile(sched, blockIdx.x, &chunk, &pair);
+    const int split = pair % p.head_splits;
+    const int head_k = pair / p.head_splits % p.fwd.nheads_k, batch = pair / p.head_splits / p.fwd.nheads_k;
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
     const int group = p.fwd.nheads / p.fwd.nheads_k;
+    const int head_first = head_k * group + split * group / p.head_splits;
+    const int head_count = (split + 1) * group / p.head_splits - split * group / p.head_splits;
     const int shift = seq.sk - seq.sq;
     const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
     float *dq_accum = p.dq_accum + (p.deterministic ? (int64_t)chunk * p.dq_slice_stride : 0);
@@ -161,7 +151,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                                &last_row);
         const int m_first = first_row / BLOCK_M;
         const int m_count = last_row >= first_row ? last_row / BLOCK_M - m_first + 1 : 0;
-        const int iters = group * m_count;
+        const int iters = head_count * m_count;
 
         float acc_dvdk[2][KV_ROW_ATOMS][KV_COL_ATOMS][4];
         float (&acc_dv)[KV_ROW_ATOMS][KV_COL_ATOMS][4] = acc_dvdk[0];
@@ -208,14 +198,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
                                                                  p.fwd.k_row_stride, keys, p.fwd.head_dim);
             flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS, LD>(sV, v_seq + n0 * p.fwd.v_row_stride,
                                                                  p.fwd.v_row_stride, keys, p.fwd.head_dim_v);
-            load_iteration(head_k * group, m_first * BLOCK_M, 0); /* commits K, V and iteration 0 as one group */
+            load_iteration(head_first, m_first * BLOCK_M, 0); /* commits K, V and iteration 0 as one group */
         }
 
         const uint32_t sK_addr = flashc_smem_addr(sK), sV_addr = flashc_smem_addr(sV);
         const uint32_t sP_addr = flashc_smem_addr(sP), sdS_addr = flashc_smem_addr(sdS);
-        /* iteration it: query head head_k * group + it / m_count, row block
+        /* iteration it: query head head_first + it / m_count, row block
          * m_first + it % m_count, stepped rather than divided */
-        int head = head_k * group, m_block = m_first;
+        int head = head_first, m_block = m_first;
         for (int it = 0; it < iters; ++it) {
             const int stage = stages == 2 ? (it & 1) : 0;
             const int m0 = m_block * BLOCK_M;
@@ -339,28 +329,53 @@ __global__ void __launch_bounds__(WARPS * 32, 1) flashc_bwd_kernel(const flashc_
         }
 
         /* Epilogue: dK * scale and dV, straight from the fragments. Keys of
-         * the block no query row sees get zeros. */
+         * the block no query row sees get zeros. With head splits, this
+         * CTA's share: float32 partials (dK unscaled) in rows of the packed
+         * keys, which flashc_bwd_combine_dkv sums. */
+        auto each_key_grad = [&](auto store_k, auto store_v) {
+#pragma unroll
+            for (int i = 0; i < KV_ROW_ATOMS; ++i)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int key = kv_key0 + 16 * i + 8 * half + g;
+                    if (key >= keys) continue;
+#pragma unroll
+                    for (int j = 0; j < KV_COL_ATOMS; ++j) {
+                        const int col = kv_dim0 + 8 * j + 2 * t;
+                        if (col < p.fwd.head_dim) store_k(key, col, acc_dk[i][j][2 * half], acc_dk[i][j][2 * half + 1]);
+                        if (col < p.fwd.head_dim_v)
+                            store_v(key, col, acc_dv[i][j][2 * half], acc_dv[i][j][2 * half + 1]);
+                    }
+                }
+        };
+        if (p.head_splits > 1) {
+            const int64_t row0 = (p.fwd.cu_seqlens_q ? 0 : (int64_t)batch * p.fwd.seqlen_k) + seq.k_start + n0;
+            const int64_t part_row0 = ((int64_t)split * p.part_rows + row0) * p.fwd.nheads_k + head_k;
+            float *dkp = p.dk_part + part_row0 * p.fwd.head_dim;
+            float *dvp = p.dv_part + part_row0 * p.fwd.head_dim_v;
+            const int64_t dk_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim;
+            const int64_t dv_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim_v;
+            each_key_grad(
+                [&](int key, int col, float a, float b) {
+                    *reinterpret_cast<float2 *>(dkp + key * dk_stride + col) = make_float2(a, b);
+                },
+                [&](int key, int col, float a, float b) {
+                    *reinterpret_cast<float2 *>(dvp + key * dv_stride + col) = make_float2(a, b);
+                });
+            continue;
+        }
         T *dk = reinterpret_cast<T *>(p.dk) + batch * p.dk_batch_stride + (seq.k_start + n0) * p.dk_row_stride +
                 head_k * p.dk_head_stride;
         T *dv = reinterpret_cast<T *>(p.dv) + batch * p.dv_batch_stride + (seq.k_start + n0) * p.dv_row_stride +
                 head_k * p.dv_head_stride;
-#pragma unroll
-        for (int i = 0; i < KV_ROW_ATOMS; ++i)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int key = kv_key0 + 16 * i + 8 * half + g;
-                if (key >= keys) continue;
-#pragma unroll
-                for (int j = 0; j < KV_COL_ATOMS; ++j) {
-                    const int col = kv_dim0 + 8 * j + 2 * t;
-                    if (col < p.fwd.head_dim)
-                        *reinterpret_cast<uint32_t *>(dk + key * p.dk_row_stride + col) = flashc_pack2<T>(
-                            acc_dk[i][j][2 * half] * p.scale, acc_dk[i][j][2 * half + 1] * p.scale);
-                    if (col < p.fwd.head_dim_v)
-                        *reinterpret_cast<uint32_t *>(dv + key * p.dv_row_stride + col) =
-                            flashc_pack2<T>(acc_dv[i][j][2 * half], acc_dv[i][j][2 * half + 1]);
-                }
-            }
+        each_key_grad(
+            [&](int key, int col, float a, float b) {
+                *reinterpret_cast<uint32_t *>(dk + key * p.dk_row_stride + col) =
+                    flashc_pack2<T>(a * p.scale, b * p.scale);
+            },
+            [&](int key, int col, float a, float b) {
+                *reinterpret_cast<uint32_t *>(dv + key * p.dv_row_stride + col) = flashc_pack2<T>(a, b);
+            });
     }
     flashc_cp_async_wait<0>();
 }

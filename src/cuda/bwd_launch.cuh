@@ -1,9 +1,9 @@
 /* Launching the backward's main kernel for one configuration: two stages
  * of Q / dO where the device's shared memory allows, else one (the plan
- * took a configuration of which one stage fits); the grid is
- * (key-block chunk, kv head, sequence), chunks fastest, so the CTAs of one
- * kv head run together and share its Q and dO in L2, and under a causal
- * mask the first key blocks (which the most query rows see) start first.
+ * took a configuration of which one stage fits); one CTA per key-block
+ * chunk of a (sequence, kv head, head split) pair, in the order of
+ * tile_schedule.h: a pair's CTAs run together and share its Q and dO in
+ * L2, and under a mask the longest chunks of an L2 section start first.
  * Each bwd_hdim*.cu instantiates one configuration. */
 #ifndef FLASHC_CUDA_BWD_LAUNCH_CUH
 #define FLASHC_CUDA_BWD_LAUNCH_CUH
@@ -14,7 +14,6 @@
 #include "bwd_kernel.cuh"
 #include "bwd_launch.h"
 #include "smem_optin.cuh"
-#include "launch_grid.h"
 
 template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL>
 static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t stream) {
@@ -26,11 +25,11 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
      * configuration's blocks must divide; anything else would read and
      * write wrong rows */
     if (p.tile_m % C::BLOCK_M != 0 || p.dq_cols != HEAD_DIM) return cudaErrorInvalidValue;
-    unsigned grid;
-    cudaError_t err = flashc_flat_grid(p.nchunks, p.fwd.nheads_k, p.fwd.batch, &grid);
-    if (err != cudaSuccess || grid == 0) return err;
+    flashc_tile_schedule sched;
+    if (!flashc_bwd_schedule(p, &sched)) return cudaErrorInvalidConfiguration;
+    if (sched.tiles == 0) return cudaSuccess;
     int device = 0;
-    err = cudaGetDevice(&device);
+    cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
     const int optin = flashc_cuda_device_smem_optin(device);
     int stages = 2;
@@ -46,7 +45,7 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
         err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
         if (err != cudaSuccess) return err;
     }
-    kernel<<<grid, C::WARPS * 32, smem, stream>>>(p, stages);
+    kernel<<<sched.tiles, C::WARPS * 32, smem, stream>>>(p, sched, stages);
     return cudaGetLastError();
 }
 

@@ -45,7 +45,7 @@ typedef struct flashc_bwd_params {
      * (zeroed by the preprocess); nchunks covers every key block. */
     int *dq_order;
     int dq_order_rows;
-    /* Hopper path: CTAs per (key block, kv head), each walking a share of
+    /* CTAs per (key block, kv head), each walking a share of
      * the group's query heads; above 1 they write float32 partials of dK
      * (unscaled) and dV, [head_splits][part_rows][nheads_k][head_dim or
      * head_dim_v], part_rows the packed key rows (batch * seqlen_k, or

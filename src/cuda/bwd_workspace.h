@@ -8,7 +8,7 @@
  *   dq_order  [nheads][ws_rows / dq_order_rows]    int32    deterministic on the Hopper path only:
  *                                                           per query block, the key blocks that
  *                                                           have added into its dQ rows
- *   dk_part   [head_splits][key rows][hk][d]       float32  Hopper path with head splits > 1 only:
+ *   dk_part   [head_splits][key rows][hk][d]       float32  with head splits > 1 only:
  *   dv_part   [head_splits][key rows][hk][dv]      float32  each split's dK (unscaled) and dV
  *
  * ws_rows = flashc_padded_rows(total_q, batch, tile_m): sequence b's rows
@@ -25,12 +25,14 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../core/problem.h"
 #include "../core/semantics.h"
 #include "bwd_config.h"
 #include "hopper_bwd_config.h"
-#include "hopper_schedule.h"
+#include "bwd_visibility.h"
+#include "tile_schedule.h"
 
 /* Deterministic mode on the Hopper path: one key block per CTA and one
  * accumulator, the CTAs' additions into a query block's dQ rows in a
@@ -53,6 +55,7 @@ typedef struct flashc_bwd_plan {
     int small;          /* its SMALL configuration (a device with 99 KiB per CTA) */
     int tile_m;         /* the workspace's row tile: a multiple of every main kernel's BLOCK_M */
     int block_n;        /* its BLOCK_N */
+    int block_m;        /* its BLOCK_M */
     int64_t key_blocks; /* ceil(seqlen_k / block_n), seqlen_k the bound on every sequence */
     int nchunks;        /* key-block stride per CTA (= key_blocks unless deterministic) */
     int dq_slices;      /* 1, or nchunks when deterministic on the portable path */
@@ -88,7 +91,7 @@ static inline int64_t flashc_bwd_key_rows(const flashc_problem *p) {
  *   - too few tiles for the GPU (fewer than two per SM): the smallest S
  *     that gives two per SM (GQA 4 at 4k, batch 1: 1.58x);
  *   - under a causal mask or a window, few tiles per L2 section
- *     (hopper_schedule.h: the longest tiles of a section start first, but
+ *     (tile_schedule.h: the longest tiles of a section start first, but
  *     with a section of one or two pairs the last section's long tiles
  *     still run alone at the end): S = 2, or 4 while a section still holds
  *     fewer tiles than half the SMs (GQA 8 at 4k, batch 2, causal: 1.18x
@@ -112,10 +115,10 @@ static inline int flashc_bwd_head_splits(const flashc_problem *p, int64_t key_bl
     /* tiles per L2 section with s splits: the launch's schedule (a grid
      * too large to launch does not split) */
     auto section_tiles = [&](int64_t s) {
-        flashc_hopper_schedule sched;
+        flashc_tile_schedule sched;
         const long long pair_bytes =
-            flashc_hopper_bwd_pair_bytes(p->seqlen_q, (group + s - 1) / s, p->head_dim, p->head_dim_v);
-        if (!flashc_hopper_plan(key_blocks, pairs * s, pair_bytes, true, &sched)) return (int64_t)INT64_MAX;
+            flashc_bwd_pair_bytes(p->seqlen_q, (group + s - 1) / s, p->head_dim, p->head_dim_v);
+        if (!flashc_schedule_plan(key_blocks, pairs * s, pair_bytes, true, &sched)) return (int64_t)INT64_MAX;
         return (int64_t)sched.section * key_blocks;
     };
     /* the kernel at about 400 TFLOP/s (half the work under a causal mask),
@@ -130,10 +133,118 @@ static inline int flashc_bwd_head_splits(const flashc_problem *p, int64_t key_bl
     return 2;
 }
 
+/* The portable kernel's tiles, simulated: each (batch, kv head, head
+ * split) pair's key blocks started in the schedule's order
+ * (tile_schedule.h) on whichever SM frees first, one CTA per SM (8 warps at
+ * up to 255 registers), each costing its iterations (query heads x row
+ * blocks that see its keys, bwd_visibility.h) plus
+ * FLASHC_BWD_TILE_OVERHEAD of them. Returns when the last one ends, in
+ * iterations; 0 where the simulation would take too long
+ * (FLASHC_BWD_SIM_TILES) or the device has more SMs than it holds. */
+#define FLASHC_BWD_TILE_OVERHEAD 2.0
+#define FLASHC_BWD_SIM_TILES 8192
+#define FLASHC_BWD_SIM_SMS 512
+static inline double flashc_bwd_simulated_end(const flashc_problem *p, const flashc_bwd_plan *plan, int64_t splits,
+                                              int sms) {
+    const int64_t group = p->nheads / p->nheads_k, pairs = p->batch * p->nheads_k * splits;
+    if (sms <= 0 || sms > FLASHC_BWD_SIM_SMS || pairs * plan->key_blocks > FLASHC_BWD_SIM_TILES) return 0.0;
+    flashc_tile_schedule sched;
+    const long long pair_bytes = flashc_bwd_pair_bytes(p->seqlen_q, group / splits, p->head_dim, p->head_dim_v);
+    if (!flashc_schedule_plan(plan->key_blocks, pairs, pair_bytes, true, &sched)) return 0.0;
+    double ends[FLASHC_BWD_SIM_SMS] = {0.0}; /* a min-heap of the SMs' finishing times */
+    double last = 0.0;
+    for (int64_t first = 0; first < pairs; first += sched.section) {
+        const int64_t width = pairs - first < sched.section ? pairs - first : sched.section;
+        for (int64_t rank = 0; rank < plan->key_blocks; ++rank) {
+            const int64_t n0 = rank * plan->block_n;
+            const int64_t n1 = n0 + plan->block_n < p->seqlen_k ? n0 + plan->block_n : p->seqlen_k;
+            int first_row, last_row;
+            flashc_bwd_rows_seeing(n0, n1, p->seqlen_q, p->seqlen_k, p->window_left, p->window_right, &first_row,
+                                   &last_row);
+            const int64_t blocks = last_row >= first_row ? last_row / plan->block_m - first_row / plan->block_m + 1 : 0;
+            const double cost = (double)(group / splits * blocks) + FLASHC_BWD_TILE_OVERHEAD;
+            for (int64_t k = 0; k < width; ++k) {
+                /* the tile starts on the SM that frees first: the heap's top */
+                double t = ends[0] + cost;
+                if (t > last) last = t;
+                int i = 0;
+                for (;;) {
+                    int c = 2 * i + 1;
+                    if (c >= sms) break;
+                    if (c + 1 < sms && ends[c + 1] < ends[c]) ++c;
+                    if (ends[c] >= t) break;
+                    ends[i] = ends[c];
+                    i = c;
+                }
+                ends[i] = t;
+            }
+        }
+    }
+    return last;
+}
+
+/* The portable kernel's head splits under a causal mask or a window
+ * (where the tiles of a pair differ in cost; with too few tiles for the
+ * GPU, varlen, or no mask: as the Hopper kernel's): the split count (1 or a divisor of the group up to
+ * 8) with the soonest end, simulated (flashc_bwd_simulated_end), an
+ * iteration costing its products at 2 TFLOP/s per SM and the partials
+ * their traffic (written, then read by one more kernel) at 2.5 TB/s: on the
+ * H200 this ranked 1, 2 and 4 splits as measured on four GQA shapes (best:
+ * 4k causal GQA 4 2 splits, GQA 8 4; 8k causal GQA 4 at d64 none, with a
+ * window 4; bench/NOTES.md, "the portable backward's tile schedule"). */
+static inline int flashc_bwd_simulated_head_splits(const flashc_problem *p, const flashc_bwd_plan *plan, int sms) {
+    const int64_t group = p->nheads / p->nheads_k;
+    const int64_t ctas = plan->key_blocks * p->nheads_k * p->batch;
+    const double iteration_s = 2.0 * plan->block_m * plan->block_n * (3.0 * p->head_dim + 2.0 * p->head_dim_v) / 2e12;
+    const int64_t split_bytes =
+        flashc_bwd_key_rows(p) * p->nheads_k * (p->head_dim + p->head_dim_v) * (int64_t)sizeof(float);
+    /* with tiles too many to simulate even two splits, the tiles even out
+     * by themselves */
+    if (2 * ctas > FLASHC_BWD_SIM_TILES) return 1;
+    int best = 1;
+    double best_s = 0.0;
+    for (int64_t s = 1; s <= group && s <= 8; ++s) {
+        if (group % s != 0 || s * split_bytes > FLASHC_BWD_PARTS_CAP) continue;
+        const double end = flashc_bwd_simulated_end(p, plan, s, sms);
+        if (end <= 0.0) break; /* too many tiles to simulate */
+        const double total = end * iteration_s + (s > 1 ? 2.0 * (double)(s * split_bytes) / 2.5e12 : 0.0);
+        if (s == 1 || total < best_s) {
+            best = (int)s;
+            best_s = total;
+        }
+    }
+    return best;
+}
+
+/* The simulation takes 20-30 ns per tile (up to a few hundred us for the
+ * largest problems it runs on), and a training step repeats the same
+ * shapes (and asks the workspace size before each call): the last few
+ * choices are kept, per thread. */
+#define FLASHC_BWD_SPLIT_CACHE 8
+static inline int flashc_bwd_portable_head_splits(const flashc_problem *p, const flashc_bwd_plan *plan, int sms) {
+    const int64_t group = p->nheads_k > 0 ? p->nheads / p->nheads_k : 1;
+    if (group <= 1 || sms <= 0 || plan->key_blocks <= 0) return 1;
+    const int64_t ctas = plan->key_blocks * p->nheads_k * p->batch;
+    if (ctas < 2 * (int64_t)sms || p->is_varlen || (p->window_left < 0 && p->window_right < 0))
+        return flashc_bwd_head_splits(p, plan->key_blocks, sms);
+    const int64_t key[11] = {p->batch,        p->seqlen_q,    p->seqlen_k,     p->nheads,    p->nheads_k, p->head_dim,
+                             p->head_dim_v,   p->window_left, p->window_right, plan->block_m * 4096 + plan->block_n, sms};
+    static thread_local int64_t keys[FLASHC_BWD_SPLIT_CACHE][11];
+    static thread_local int splits[FLASHC_BWD_SPLIT_CACHE], filled, next;
+    for (int i = 0; i < filled; ++i)
+        if (memcmp(keys[i], key, sizeof key) == 0) return splits[i];
+    const int s = flashc_bwd_simulated_head_splits(p, plan, sms);
+    memcpy(keys[next], key, sizeof key);
+    splits[next] = s;
+    next = (next + 1) % FLASHC_BWD_SPLIT_CACHE;
+    if (filled < FLASHC_BWD_SPLIT_CACHE) ++filled;
+    return s;
+}
+
 /* hopper: the Hopper kernel will run the problem (flashc_hopper_bwd_applies);
  * sms: the device's multiprocessors. */
 static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool hopper, int sms, int smem_optin) {
-    flashc_bwd_plan plan = {0, 0, 0, 0, 0, 1, 1, 0, 1};
+    flashc_bwd_plan plan = {0, 0, 0, 0, 0, 0, 1, 1, 0, 1};
     const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     /* the smallest head dim that holds d and dv; its SMALL configuration
      * where one stage of the other does not fit the device (16-bit types) */
@@ -145,6 +256,7 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
         plan.small = SM;                                                                                 \
         plan.tile_m = BM > flashc_hopper_bwd_block_m(D) ? BM : flashc_hopper_bwd_block_m(D);               \
         plan.block_n = BN;                                                                               \
+        plan.block_m = BM;                                                                               \
     }
     FLASHC_BWD_CONFIGS(FLASHC_BWD_PICK)
 #undef FLASHC_BWD_PICK
@@ -167,7 +279,12 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
         if (chunks < 1) chunks = 1;
         plan.dq_slices = (int)chunks;
     }
-    if (hopper) plan.head_splits = flashc_bwd_head_splits(p, hopper_key_blocks, sms);
+    /* the portable kernel's deterministic mode spreads the work over
+     * key-block chunks with dQ slices instead */
+    if (hopper)
+        plan.head_splits = flashc_bwd_head_splits(p, hopper_key_blocks, sms);
+    else if (!p->deterministic)
+        plan.head_splits = flashc_bwd_portable_head_splits(p, &plan, sms);
     /* the grid holds nchunks * batch * nheads_k (* head_splits) CTAs, checked at launch */
     plan.nchunks = chunks > 0x7fffffff ? 0x7fffffff : (int)chunks;
     return plan;

@@ -61,12 +61,6 @@ static constexpr int flashc_hopper_bwd_block_n(long long head_dim) {
 static constexpr int flashc_hopper_bwd_dq_tiles(long long head_dim) {
     return FLASHC_HOPPER_BWD_CONFIGS(FLASHC_HOPPER_BWD_DQ_TILES_IF) 0;
 }
-/* The data the tiles of one backward pair share (hopper_schedule.h's
- * pair_bytes): Q and dO (16-bit) and the float32 dQ rows of its heads. */
-static constexpr long long flashc_hopper_bwd_pair_bytes(long long seqlen_q, long long heads, long long d,
-                                                        long long dv) {
-    return seqlen_q * heads * ((d + dv) * 2 + d * 4);
-}
 #undef FLASHC_HOPPER_BWD_BLOCK_M_IF
 #undef FLASHC_HOPPER_BWD_BLOCK_N_IF
 #undef FLASHC_HOPPER_BWD_DQ_TILES_IF

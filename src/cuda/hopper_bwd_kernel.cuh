@@ -75,7 +75,7 @@
 #include "fwd_mask.cuh"
 #include "fwd_seq.cuh"
 #include "hopper_bwd.h"
-#include "hopper_schedule.h"
+#include "tile_schedule.h"
 #include "hopper_bwd_config.h"
 #include "hopper_bwd_ptx.cuh"
 #include "hopper_bwd_scores.cuh"
@@ -829,7 +829,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
 template <typename T, int HEAD_DIM, int BLOCK_N, bool GENERAL, int QK_COLS, int V_COLS>
 __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     flashc_hopper_bwd_kernel(const __grid_constant__ flashc_hopper_bwd_maps maps, const flashc_bwd_params p,
-                             const flashc_hopper_schedule sched) {
+                             const flashc_tile_schedule sched) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N> L;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -837,10 +837,10 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     const uint32_t base = (raw_addr + 1023u) & ~1023u;
 
     /* the tile: rank 0 is the first chunk, whose keys the most queries see
-     * under a causal mask (hopper_schedule.h); a pair is a (batch, kv head,
+     * under a causal mask (tile_schedule.h); a pair is a (batch, kv head,
      * head split) */
     int chunk, pair;
-    flashc_hopper_tile(sched, blockIdx.x, &chunk, &pair);
+    flashc_schedule_tile(sched, blockIdx.x, &chunk, &pair);
     /* deterministic: the last key blocks start first (their CTAs add first) */
     if (p.dq_order) chunk = sched.ranks - 1 - chunk;
     const int split = pair % p.head_splits;

@@ -1,7 +1,7 @@
 /* Launching one Hopper backward configuration (hopper_bwd_config.h): the
  * four kernels of a head dim (float16 / bfloat16 x plain / general), the
  * shared-memory opt-in and the grid: one CTA per (key-block chunk, kv head,
- * sequence), in the order of hopper_schedule.h. Each hopper_bwd_hdim*.cu
+ * sequence), in the order of tile_schedule.h. Each hopper_bwd_hdim*.cu
  * instantiates one head dim. */
 #ifndef FLASHC_CUDA_HOPPER_BWD_LAUNCH_CUH
 #define FLASHC_CUDA_HOPPER_BWD_LAUNCH_CUH
@@ -11,7 +11,7 @@
 #include "hopper_bwd.h"
 #include "hopper_bwd_config.h"
 #include "hopper_bwd_kernel.cuh"
-#include "hopper_schedule.h"
+#include "tile_schedule.h"
 #include "smem_optin.cuh"
 
 template <typename T, int HEAD_DIM, bool GENERAL, int QK_COLS, int V_COLS>
@@ -27,13 +27,8 @@ static cudaError_t flashc_hopper_bwd_launch(const flashc_bwd_params &p, const fl
     if (err != cudaSuccess) return err;
     /* tiles: key-block chunks of (batch, kv head, head split) pairs, which
      * share their query heads' Q, dO and float32 dQ rows */
-    const flashc_fwd_params &f = p.fwd;
-    const long long heads = (f.nheads / f.nheads_k + p.head_splits - 1) / p.head_splits;
-    const long long q_bytes = flashc_hopper_bwd_pair_bytes(f.seqlen_q, heads, f.head_dim, f.head_dim_v);
-    flashc_hopper_schedule sched;
-    if (!flashc_hopper_plan(p.nchunks, (long long)f.nheads_k * f.batch * p.head_splits, q_bytes,
-                            flashc_hopper_tiles_vary(f), &sched))
-        return cudaErrorInvalidConfiguration;
+    flashc_tile_schedule sched;
+    if (!flashc_bwd_schedule(p, &sched)) return cudaErrorInvalidConfiguration;
     if (sched.tiles == 0) return cudaSuccess;
     kernel<<<sched.tiles, FLASHC_HOPPER_BWD_THREADS, smem, stream>>>(maps, p, sched);
     return cudaGetLastError();

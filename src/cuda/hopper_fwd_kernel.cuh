@@ -2,7 +2,7 @@
  * with the two GEMMs on wgmma and the tiles brought in by TMA.
  *
  * One CTA computes 64 * CONSUMERS query rows of one (batch, head) (the tile
- * hopper_schedule.h assigns it) in CONSUMERS + 1 warpgroups
+ * tile_schedule.h assigns it) in CONSUMERS + 1 warpgroups
  * (hopper_fwd_config.h):
  *   - warpgroup 0, the producer: one lane issues every TMA copy: Q once,
  *     then K and V blocks into a two-stage ring, each stage refilled as
@@ -42,7 +42,7 @@
 #include "fwd_seq.cuh"
 #include "fwd_softmax.cuh"
 #include "hopper_fwd.h"
-#include "hopper_schedule.h"
+#include "tile_schedule.h"
 #include "hopper_ptx.cuh"
 
 /* Shared memory: Q, then K and V for each stage, then the mbarriers; every
@@ -283,7 +283,7 @@ static __device__ __forceinline__ void flashc_hopper_consume(const flashc_fwd_pa
 template <typename T, int D_QK, int D_V, int BLOCK_N, bool GENERAL>
 __global__ void __launch_bounds__(flashc_hopper_fwd_config<D_QK, D_V>::THREADS, 1)
     flashc_hopper_fwd_kernel(const __grid_constant__ flashc_hopper_fwd_maps maps, const flashc_fwd_params p,
-                             const flashc_hopper_schedule sched) {
+                             const flashc_tile_schedule sched) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef flashc_hopper_fwd_config<D_QK, D_V> C;
     constexpr int BLOCK_M = C::BLOCK_M;
@@ -292,9 +292,9 @@ __global__ void __launch_bounds__(flashc_hopper_fwd_config<D_QK, D_V>::THREADS, 
     const uint32_t raw_addr = flashc_smem_addr(smem_raw);
     const uint32_t base = (raw_addr + 1023u) & ~1023u;
 
-    /* the tile: rank 0 is the last row block (hopper_schedule.h) */
+    /* the tile: rank 0 is the last row block (tile_schedule.h) */
     int rank, pair;
-    flashc_hopper_tile(sched, blockIdx.x, &rank, &pair);
+    flashc_schedule_tile(sched, blockIdx.x, &rank, &pair);
     flashc_fwd_row_block blk;
     if (!flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, C::THREADS>(p, sched.ranks - 1 - rank, pair % p.nheads,
                                                                   pair / p.nheads, &blk))

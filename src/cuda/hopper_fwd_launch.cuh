@@ -1,7 +1,7 @@
 /* Launching one Hopper forward configuration (hopper_fwd_config.h): the
  * four kernels of a pair of head dims (float16 / bfloat16 x plain /
  * general), the shared-memory opt-in and the grid (one CTA per tile, in
- * the order of hopper_schedule.h). Each
+ * the order of tile_schedule.h). Each
  * hopper_fwd_hdim*.cu instantiates one pair. */
 #ifndef FLASHC_CUDA_HOPPER_FWD_LAUNCH_CUH
 #define FLASHC_CUDA_HOPPER_FWD_LAUNCH_CUH
@@ -12,7 +12,7 @@
 #include "hopper_fwd_config.h"
 #include "hopper_fwd_kernel.cuh"
 #include "smem_optin.cuh"
-#include "hopper_schedule.h"
+#include "tile_schedule.h"
 
 template <typename T, int D_QK, int D_V, bool GENERAL>
 static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const flashc_hopper_fwd_maps &maps,
@@ -28,9 +28,9 @@ static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const fl
      * (a GQA group's query heads one KV head's) */
     const long long group = p.nheads / p.nheads_k;
     const long long kv_bytes = (long long)p.seqlen_k * (p.head_dim + p.head_dim_v) * 2 / group;
-    flashc_hopper_schedule sched;
-    if (!flashc_hopper_plan((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, (long long)p.batch * p.nheads, kv_bytes,
-                            flashc_hopper_tiles_vary(p), &sched))
+    flashc_tile_schedule sched;
+    if (!flashc_schedule_plan((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, (long long)p.batch * p.nheads, kv_bytes,
+                            flashc_tiles_vary(p), &sched))
         return cudaErrorInvalidConfiguration;
     if (sched.tiles == 0) return cudaSuccess;
     kernel<<<sched.tiles, C::THREADS, smem, stream>>>(maps, p, sched);
