@@ -119,15 +119,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     /* the tile (tile_schedule.h): rank 0 is the first chunk, whose keys
      * the most queries see under a causal mask; a pair is a (batch, kv
      * head, head split), the split walking its share of the group's query
-     * heads (head_first on, head_count of them) */
+     * heads */
     int chunk, pair;
     flashc_schedule_tile(sched, blockIdx.x, &chunk, &pair);
-    const int split = pair % p.head_splits;
     const int head_k = pair / p.head_splits % p.fwd.nheads_k, batch = pair / p.head_splits / p.fwd.nheads_k;
+    const flashc_bwd_heads heads = flashc_bwd_heads_of(p, head_k, pair % p.head_splits);
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
-    const int group = p.fwd.nheads / p.fwd.nheads_k;
-    const int head_first = head_k * group + split * group / p.head_splits;
-    const int head_count = (split + 1) * group / p.head_splits - split * group / p.head_splits;
     const int shift = seq.sk - seq.sq;
     const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
     float *dq_accum = p.dq_accum + (p.deterministic ? (int64_t)chunk * p.dq_slice_stride : 0);
@@ -151,7 +148,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                                &last_row);
         const int m_first = first_row / BLOCK_M;
         const int m_count = last_row >= first_row ? last_row / BLOCK_M - m_first + 1 : 0;
-        const int iters = head_count * m_count;
+        const int iters = heads.count * m_count;
 
         float acc_dvdk[2][KV_ROW_ATOMS][KV_COL_ATOMS][4];
         float (&acc_dv)[KV_ROW_ATOMS][KV_COL_ATOMS][4] = acc_dvdk[0];
@@ -198,14 +195,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                                                                  p.fwd.k_row_stride, keys, p.fwd.head_dim);
             flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS, LD>(sV, v_seq + n0 * p.fwd.v_row_stride,
                                                                  p.fwd.v_row_stride, keys, p.fwd.head_dim_v);
-            load_iteration(head_first, m_first * BLOCK_M, 0); /* commits K, V and iteration 0 as one group */
+            load_iteration(heads.first, m_first * BLOCK_M, 0); /* commits K, V and iteration 0 as one group */
         }
 
         const uint32_t sK_addr = flashc_smem_addr(sK), sV_addr = flashc_smem_addr(sV);
         const uint32_t sP_addr = flashc_smem_addr(sP), sdS_addr = flashc_smem_addr(sdS);
-        /* iteration it: query head head_first + it / m_count, row block
+        /* iteration it: query head heads.first + it / m_count, row block
          * m_first + it % m_count, stepped rather than divided */
-        int head = head_first, m_block = m_first;
+        int head = heads.first, m_block = m_first;
         for (int it = 0; it < iters; ++it) {
             const int stage = stages == 2 ? (it & 1) : 0;
             const int m0 = m_block * BLOCK_M;
@@ -349,18 +346,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                 }
         };
         if (p.head_splits > 1) {
-            const int64_t row0 = (p.fwd.cu_seqlens_q ? 0 : (int64_t)batch * p.fwd.seqlen_k) + seq.k_start + n0;
-            const int64_t part_row0 = ((int64_t)split * p.part_rows + row0) * p.fwd.nheads_k + head_k;
-            float *dkp = p.dk_part + part_row0 * p.fwd.head_dim;
-            float *dvp = p.dv_part + part_row0 * p.fwd.head_dim_v;
-            const int64_t dk_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim;
-            const int64_t dv_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim_v;
+            const flashc_bwd_parts parts = flashc_bwd_parts_of(p, batch, seq, n0, heads.split, head_k);
             each_key_grad(
                 [&](int key, int col, float a, float b) {
-                    *reinterpret_cast<float2 *>(dkp + key * dk_stride + col) = make_float2(a, b);
+                    *reinterpret_cast<float2 *>(parts.dk + key * parts.dk_stride + col) = make_float2(a, b);
                 },
                 [&](int key, int col, float a, float b) {
-                    *reinterpret_cast<float2 *>(dvp + key * dv_stride + col) = make_float2(a, b);
+                    *reinterpret_cast<float2 *>(parts.dv + key * parts.dv_stride + col) = make_float2(a, b);
                 });
             continue;
         }

@@ -185,8 +185,9 @@ static inline double flashc_bwd_simulated_end(const flashc_problem *p, const fla
 
 /* The portable kernel's head splits under a causal mask or a window
  * (where the tiles of a pair differ in cost; with too few tiles for the
- * GPU, varlen, or no mask: as the Hopper kernel's): the split count (1 or a divisor of the group up to
- * 8) with the soonest end, simulated (flashc_bwd_simulated_end), an
+ * GPU, varlen, or no mask: as the Hopper kernel's): the split count (1 or
+ * a divisor of the group up to 8) with the soonest end, simulated
+ * (flashc_bwd_simulated_end), an
  * iteration costing its products at 2 TFLOP/s per SM and the partials
  * their traffic (written, then read by one more kernel) at 2.5 TB/s: on the
  * H200 this ranked 1, 2 and 4 splits as measured on four GQA shapes (best:

@@ -189,24 +189,6 @@ struct flashc_hopper_bwd_smem {
     }
 };
 
-/* The query heads a CTA walks: its kv head's group, or with head splits
- * (p.head_splits > 1) share `split` of them; the CTA then leaves float32
- * partials of dK and dV for flashc_bwd_combine_dkv to sum. */
-typedef struct flashc_hopper_bwd_heads {
-    int first, count, split;
-} flashc_hopper_bwd_heads;
-
-static __device__ __forceinline__ flashc_hopper_bwd_heads flashc_hopper_bwd_heads_of(const flashc_bwd_params &p,
-                                                                                     int head_k, int split) {
-    const int group = p.fwd.nheads / p.fwd.nheads_k;
-    const int lo = split * group / p.head_splits, hi = (split + 1) * group / p.head_splits;
-    flashc_hopper_bwd_heads h;
-    h.first = head_k * group + lo;
-    h.count = hi - lo;
-    h.split = split;
-    return h;
-}
-
 /* The query blocks that see key block n_block of a sequence: iteration it
  * of the key block is query head heads.first + it / m_count, rows
  * (m_first + it % m_count) * BLOCK_M on. Producer and consumers walk the
@@ -289,7 +271,7 @@ template <int HEAD_DIM, int BLOCK_N_, int QK_COLS, int V_COLS>
 static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_hopper_bwd_maps &maps,
                                                                  const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
-                                                                 flashc_hopper_bwd_heads heads, int chunk,
+                                                                 flashc_bwd_heads heads, int chunk,
                                                                  uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
     constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = L::BLOCK_N;
@@ -344,7 +326,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_produce(const flashc_ho
 template <int BLOCK_M, int BLOCK_N, typename Turn>
 static __device__ __forceinline__ void flashc_hopper_bwd_for_each_turn(const flashc_bwd_params &p,
                                                                        const flashc_fwd_seq &seq, int batch,
-                                                                       flashc_hopper_bwd_heads heads, int chunk,
+                                                                       flashc_bwd_heads heads, int chunk,
                                                                        Turn turn) {
     const int64_t ws_row0 = flashc_bwd_ws_row0(p, batch, seq, p.tile_m);
     for (int n_block = chunk; n_block * BLOCK_N < seq.sk; n_block += p.nchunks) {
@@ -387,7 +369,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq(unsigned char
 template <int HEAD_DIM, int BLOCK_N_>
 static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq_in_turn(const flashc_bwd_params &p,
                                                                            const flashc_fwd_seq &seq, int batch,
-                                                                           flashc_hopper_bwd_heads heads, int chunk,
+                                                                           flashc_bwd_heads heads, int chunk,
                                                                            unsigned char *smem, uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
     int step = 0;
@@ -417,7 +399,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_reduce_dq_in_turn(const
 template <int HEAD_DIM, int BLOCK_N_>
 static __device__ __forceinline__ void flashc_hopper_bwd_sequence_dq(const flashc_bwd_params &p,
                                                                      const flashc_fwd_seq &seq, int batch,
-                                                                     flashc_hopper_bwd_heads heads, int chunk,
+                                                                     flashc_bwd_heads heads, int chunk,
                                                                      int lane) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
     flashc_hopper_bwd_for_each_turn<L::BLOCK_M, L::BLOCK_N>(p, seq, batch, heads, chunk, [&](int *counter, int rank) {
@@ -562,7 +544,7 @@ static __device__ __forceinline__ void flashc_hopper_bwd_each_key_grad(const flo
 template <typename T, int HEAD_DIM, int BLOCK_N_, bool GENERAL, int QK_COLS, int V_COLS>
 static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bwd_params &p,
                                                                  const flashc_fwd_seq &seq, int batch, int head_k,
-                                                                 flashc_hopper_bwd_heads heads, int chunk,
+                                                                 flashc_bwd_heads heads, int chunk,
                                                                  int warpgroup, int warp_in_group, int lane,
                                                                  unsigned char *smem, uint32_t base) {
     typedef flashc_hopper_bwd_smem<HEAD_DIM, BLOCK_N_> L;
@@ -789,19 +771,14 @@ static __device__ __forceinline__ void flashc_hopper_bwd_consume(const flashc_bw
          * no query sees get zeros. With head splits, this CTA's share:
          * float32 partials (unscaled), rows of the packed keys. */
         if (p.head_splits > 1) {
-            const int64_t row0 = (p.fwd.cu_seqlens_q ? 0 : (int64_t)batch * p.fwd.seqlen_k) + seq.k_start + blk.n0;
-            const int64_t part_row0 = ((int64_t)heads.split * p.part_rows + row0) * p.fwd.nheads_k + head_k;
-            float *dkp = p.dk_part + part_row0 * p.fwd.head_dim;
-            float *dvp = p.dv_part + part_row0 * p.fwd.head_dim_v;
-            const int64_t dk_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim;
-            const int64_t dv_stride = (int64_t)p.fwd.nheads_k * p.fwd.head_dim_v;
+            const flashc_bwd_parts parts = flashc_bwd_parts_of(p, batch, seq, blk.n0, heads.split, head_k);
             flashc_hopper_bwd_each_key_grad(
                 acc_dk, acc_dv, warp_key0, kv_col0, dv_col0, lane, blk.keys, p.fwd.head_dim, p.fwd.head_dim_v,
                 [=](int key, int col, float a, float b) {
-                    *reinterpret_cast<float2 *>(dkp + key * dk_stride + col) = make_float2(a, b);
+                    *reinterpret_cast<float2 *>(parts.dk + key * parts.dk_stride + col) = make_float2(a, b);
                 },
                 [=](int key, int col, float a, float b) {
-                    *reinterpret_cast<float2 *>(dvp + key * dv_stride + col) = make_float2(a, b);
+                    *reinterpret_cast<float2 *>(parts.dv + key * parts.dv_stride + col) = make_float2(a, b);
                 });
             continue;
         }
@@ -845,7 +822,7 @@ __global__ void __launch_bounds__(FLASHC_HOPPER_BWD_THREADS, 1)
     if (p.dq_order) chunk = sched.ranks - 1 - chunk;
     const int split = pair % p.head_splits;
     const int head_k = pair / p.head_splits % p.fwd.nheads_k, batch = pair / p.head_splits / p.fwd.nheads_k;
-    const flashc_hopper_bwd_heads heads = flashc_hopper_bwd_heads_of(p, head_k, split);
+    const flashc_bwd_heads heads = flashc_bwd_heads_of(p, head_k, split);
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
     if (chunk * L::BLOCK_N >= seq.sk) return; /* no key block: nothing to write */
 

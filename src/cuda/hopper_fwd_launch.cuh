@@ -30,7 +30,7 @@ static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const fl
     const long long kv_bytes = (long long)p.seqlen_k * (p.head_dim + p.head_dim_v) * 2 / group;
     flashc_tile_schedule sched;
     if (!flashc_schedule_plan((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, (long long)p.batch * p.nheads, kv_bytes,
-                            flashc_tiles_vary(p), &sched))
+                              flashc_tiles_vary(p), &sched))
         return cudaErrorInvalidConfiguration;
     if (sched.tiles == 0) return cudaSuccess;
     kernel<<<sched.tiles, C::THREADS, smem, stream>>>(maps, p, sched);

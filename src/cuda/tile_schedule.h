@@ -1,8 +1,9 @@
 /* The order of the tiles of the Hopper kernels and of the portable
  * backward (one tile, one CTA: a block of query rows of one (batch, head)
  * in the forward, a chunk of key blocks of one (batch, kv head, head
- * split) in the backward): which tile CTA blockIdx.x computes. The hardware starts CTAs in blockIdx order as SMs free up, so
- * this order is the order in which tiles start.
+ * split) in the backward): which tile CTA blockIdx.x computes. The
+ * hardware starts CTAs in blockIdx order as SMs free up, so this order is
+ * the order in which tiles start.
  *
  * Without a causal mask or a window every tile of a pair costs the same:
  * a pair's tiles run together, pair after pair, so the CTAs running at one
@@ -52,7 +53,7 @@ typedef struct flashc_tile_schedule {
  * (flashc_tiles_vary).
  * False when the tile count does not fit a grid. */
 static inline bool flashc_schedule_plan(long long ranks, long long pairs, long long pair_bytes, bool masked,
-                                      flashc_tile_schedule *s) {
+                                        flashc_tile_schedule *s) {
     if (ranks * pairs > 0x7fffffffLL) return false;
     long long section = 1;
     if (masked) {
@@ -81,7 +82,7 @@ static inline bool flashc_bwd_schedule(const flashc_bwd_params &p, flashc_tile_s
 #ifdef __CUDACC__
 /* Tile t: its rank within its pair and the pair. */
 static __device__ __forceinline__ void flashc_schedule_tile(const flashc_tile_schedule &s, int t, int *rank,
-                                                          int *pair) {
+                                                            int *pair) {
     const int per_section = s.section * s.ranks;
     const int sec = t / per_section, r = t - sec * per_section;
     const int first = sec * s.section;
