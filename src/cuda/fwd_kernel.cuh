@@ -148,10 +148,16 @@ static __device__ void flashc_write_empty_rows(const flashc_fwd_params &p, T *ou
         for (int r = threadIdx.x; r < rows; r += THREADS) lse[r * lse_row_stride] = INFINITY;
 }
 
-/* This CTA's block of query rows: the flat grid runs over (row block,
- * head, batch), row blocks fastest and heaviest first (most keys under a
- * causal mask), so the CTAs of one head run together and share its K and V
- * in L2. */
+/* This CTA's block of query rows. The grid (fwd_launch.cuh) is (pair in
+ * its L2 section, rank, section) of the tile schedule (tile_schedule.h),
+ * rank 0 a (batch, head) pair's last row block (the one that sees the most
+ * keys under a causal mask), so CTAs start in the schedule's order without
+ * a division: without a mask a section is one pair and its row blocks run
+ * together, sharing its K and V in L2; under a causal mask or a window the
+ * longest tiles of a section's pairs start first. (The divisions of
+ * flashc_schedule_tile, which the Hopper kernels use, made ptxas spill in
+ * the d128 plain kernel's main loop, 19 instructions instead of 4, and cost
+ * it 2.6 % without a mask on the H200.) */
 typedef struct flashc_fwd_row_block {
     int batch, head, m0, rows;     /* rows [m0, m0 + rows) of the sequence */
     int head_k;                    /* the K / V head of `head` */
@@ -190,14 +196,15 @@ static __device__ __forceinline__ bool flashc_fwd_row_block_at(const flashc_fwd_
     return true;
 }
 
-/* The row block of this CTA of the portable kernel's flat grid (above). */
+/* The row block of this CTA of the portable kernel's grid (above); false
+ * also for the CTAs past the last pair in the last, narrower section. */
 template <typename T, int BLOCK_M, int BLOCK_N, int THREADS>
 static __device__ __forceinline__ bool flashc_fwd_find_row_block(const flashc_fwd_params &p,
                                                                  flashc_fwd_row_block *b) {
-    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    return flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, THREADS>(p, m_blocks - 1 - (int)(blockIdx.x % m_blocks),
-                                                                 (int)(blockIdx.x / m_blocks % p.nheads),
-                                                                 (int)(blockIdx.x / m_blocks / p.nheads), b);
+    const int pair = (int)(blockIdx.z * gridDim.x + blockIdx.x); /* < 2^31: flashc_schedule_plan */
+    if (pair >= p.batch * p.nheads) return false;
+    return flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, THREADS>(p, (int)(gridDim.y - 1 - blockIdx.y),
+                                                                 (int)(pair % p.nheads), (int)(pair / p.nheads), b);
 }
 
 /* Epilogue of one warp: O / rowsum (times `rescale`, the dropout factor)

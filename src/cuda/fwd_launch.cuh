@@ -1,7 +1,7 @@
 /* Launching one forward configuration: the four kernels of a head dim
  * (float16 / bfloat16 x plain / general), the shared-memory opt-in, and the
- * flat grid. Each fwd_hdim*.cu instantiates one configuration, so the head
- * dims compile in parallel. */
+ * grid of the tile schedule. Each fwd_hdim*.cu instantiates one
+ * configuration, so the head dims compile in parallel. */
 #ifndef FLASHC_CUDA_FWD_LAUNCH_CUH
 #define FLASHC_CUDA_FWD_LAUNCH_CUH
 
@@ -10,7 +10,23 @@
 #include "fwd_kernel.cuh"
 #include "fwd_launch.h"
 #include "smem_optin.cuh"
-#include "launch_grid.h"
+#include "tile_schedule.h"
+
+/* The grid of the tile schedule (fwd_kernel.cuh, flashc_fwd_find_row_block):
+ * (pairs per section, row blocks, sections). Sections of more than one
+ * pair only under a mask; where the pairs would need more than the 65535
+ * sections a grid may have, sections are widened. False when a dimension
+ * cannot hold the problem. */
+static inline bool flashc_fwd_grid(const flashc_fwd_params &p, int block_m, dim3 *grid) {
+    flashc_tile_schedule s;
+    if (!flashc_fwd_schedule(p, block_m, &s)) return false;
+    long long width = s.section;
+    if (width > 0 && (s.pairs + width - 1) / width > 65535) width = (s.pairs + 65534) / 65535;
+    const long long sections = width > 0 ? (s.pairs + width - 1) / width : 0;
+    if (s.ranks > 65535 || width > 0x7fffffffLL) return false;
+    *grid = dim3((unsigned)(s.pairs ? width : 0), (unsigned)s.ranks, (unsigned)(s.pairs ? sections : 1));
+    return true;
+}
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool EARLY_K_LOAD,
           bool GENERAL>
@@ -22,9 +38,9 @@ static cudaError_t flashc_fwd_launch(const flashc_fwd_params &p, cudaStream_t st
         cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
         if (err != cudaSuccess) return err;
     }
-    unsigned grid;
-    cudaError_t err = flashc_flat_grid((p.seqlen_q + BLOCK_M - 1) / BLOCK_M, p.nheads, p.batch, &grid);
-    if (err != cudaSuccess || grid == 0) return err;
+    dim3 grid;
+    if (!flashc_fwd_grid(p, BLOCK_M, &grid)) return cudaErrorInvalidConfiguration;
+    if (grid.x == 0 || grid.y == 0) return cudaSuccess;
     kernel<<<grid, WARPS * 32, smem, stream>>>(p);
     return cudaGetLastError();
 }

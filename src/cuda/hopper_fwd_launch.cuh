@@ -24,14 +24,8 @@ static cudaError_t flashc_hopper_fwd_launch(const flashc_fwd_params &p, const fl
     static unsigned long long smem_raised;
     cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
     if (err != cudaSuccess) return err;
-    /* tiles: row blocks of (batch, head) pairs, which share their K and V
-     * (a GQA group's query heads one KV head's) */
-    const long long group = p.nheads / p.nheads_k;
-    const long long kv_bytes = (long long)p.seqlen_k * (p.head_dim + p.head_dim_v) * 2 / group;
     flashc_tile_schedule sched;
-    if (!flashc_schedule_plan((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, (long long)p.batch * p.nheads, kv_bytes,
-                              flashc_tiles_vary(p), &sched))
-        return cudaErrorInvalidConfiguration;
+    if (!flashc_fwd_schedule(p, C::BLOCK_M, &sched)) return cudaErrorInvalidConfiguration;
     if (sched.tiles == 0) return cudaSuccess;
     kernel<<<sched.tiles, C::THREADS, smem, stream>>>(maps, p, sched);
     return cudaGetLastError();

@@ -1,5 +1,5 @@
-/* The order of the tiles of the Hopper kernels and of the portable
- * backward (one tile, one CTA: a block of query rows of one (batch, head)
+/* The order of the tiles of the forward and backward kernels, Hopper and
+ * portable (one tile, one CTA: a block of query rows of one (batch, head)
  * in the forward, a chunk of key blocks of one (batch, kv head, head
  * split) in the backward): which tile CTA blockIdx.x computes. The
  * hardware starts CTAs in blockIdx order as SMs free up, so this order is
@@ -77,6 +77,17 @@ static inline bool flashc_bwd_schedule(const flashc_bwd_params &p, flashc_tile_s
     return flashc_schedule_plan(p.nchunks, (long long)f.nheads_k * f.batch * p.head_splits,
                                 flashc_bwd_pair_bytes(f.seqlen_q, heads, f.head_dim, f.head_dim_v),
                                 flashc_tiles_vary(f), s);
+}
+
+/* The forward's schedule: the row blocks of block_m rows of every (batch,
+ * head) pair, which share their K and V (a GQA group's query heads one KV
+ * head's, so a pair is counted with its share of them). False when the
+ * tiles do not fit a grid. */
+static inline bool flashc_fwd_schedule(const flashc_fwd_params &p, long long block_m, flashc_tile_schedule *s) {
+    const long long group = p.nheads / p.nheads_k;
+    const long long kv_bytes = (long long)p.seqlen_k * (p.head_dim + p.head_dim_v) * 2 / group;
+    return flashc_schedule_plan((p.seqlen_q + block_m - 1) / block_m, (long long)p.batch * p.nheads, kv_bytes,
+                                flashc_tiles_vary(p), s);
 }
 
 #ifdef __CUDACC__
