@@ -160,6 +160,24 @@ static void tile_boundaries(void **state) {
     tcuda_run_cases("cuda tile boundaries", cfgs, n, 0);
 }
 
+/* Queries past the 65535 row blocks a grid's y dimension holds (the
+ * portable kernel's 128-row blocks at d <= 64): every row block runs once,
+ * the first rows included. Three keys keep the references cheap. */
+static void long_sequences(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const int64_t rows = 65535LL * 128 + 77;
+    test_config c = shaped(FLASHC_DTYPE_BFLOAT16, 1, 1, 1, 8, 8, rows, 3);
+    c.with_sdmask = 0;
+    cfgs[0] = c;
+    tcuda_run_cases("cuda long sequence", cfgs, 1, 0);
+    c.dtype = FLASHC_DTYPE_FLOAT16;
+    c.options.causal = 1; /* all but the last 5 rows masked: zeros */
+    c.seqlen_k = 5;
+    cfgs[0] = c;
+    tcuda_run_cases("cuda long sequence, causal", cfgs, 1, 0);
+}
+
 static void head_dims(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -654,6 +672,7 @@ int main(void) {
         cmocka_unit_test(feature_combinations),
         cmocka_unit_test(sequence_lengths),
         cmocka_unit_test(tile_boundaries),
+        cmocka_unit_test(long_sequences),
         cmocka_unit_test(head_dims),
         cmocka_unit_test(layouts_and_dtypes),
         cmocka_unit_test(varlen),

@@ -37,6 +37,7 @@
 #include "fwd_tile_io.cuh"
 #include "ptx.cuh"
 #include "smem_tile.cuh"
+#include "tile_schedule.h"
 
 /* Shared memory of one CTA: Q, K and V tiles (flashc_smem_tile). */
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N>
@@ -201,10 +202,14 @@ static __device__ __forceinline__ bool flashc_fwd_row_block_at(const flashc_fwd_
 template <typename T, int BLOCK_M, int BLOCK_N, int THREADS>
 static __device__ __forceinline__ bool flashc_fwd_find_row_block(const flashc_fwd_params &p,
                                                                  flashc_fwd_row_block *b) {
-    const int pair = (int)(blockIdx.z * gridDim.x + blockIdx.x); /* < 2^31: flashc_schedule_plan */
+    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const bool ranks_in_x = m_blocks > FLASHC_GRID_YZ_MAX; /* fwd_launch.cuh, flashc_fwd_grid */
+    const int rank = (int)(ranks_in_x ? blockIdx.x : blockIdx.y);
+    /* < 2^31: flashc_schedule_plan */
+    const int pair = (int)(ranks_in_x ? blockIdx.z * gridDim.y + blockIdx.y : blockIdx.z * gridDim.x + blockIdx.x);
     if (pair >= p.batch * p.nheads) return false;
-    return flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, THREADS>(p, (int)(gridDim.y - 1 - blockIdx.y),
-                                                                 (int)(pair % p.nheads), (int)(pair / p.nheads), b);
+    return flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, THREADS>(p, m_blocks - 1 - rank, (int)(pair % p.nheads),
+                                                                 (int)(pair / p.nheads), b);
 }
 
 /* Epilogue of one warp: O / rowsum (times `rescale`, the dropout factor)

@@ -13,18 +13,28 @@
 #include "tile_schedule.h"
 
 /* The grid of the tile schedule (fwd_kernel.cuh, flashc_fwd_find_row_block):
- * (pairs per section, row blocks, sections). Sections of more than one
- * pair only under a mask; where the pairs would need more than the 65535
- * sections a grid may have, sections are widened. False when a dimension
- * cannot hold the problem. */
+ * (pairs per section, row blocks, sections), sections of more than one
+ * pair only under a mask, widened where the pairs would need more than the
+ * FLASHC_GRID_YZ_MAX sections a grid may have. Past FLASHC_GRID_YZ_MAX row
+ * blocks (sequences of millions of queries) the row blocks take x and the
+ * pairs y and z: pair after pair, as the schedule runs without a mask.
+ * False when the problem does not fit a grid. */
 static inline bool flashc_fwd_grid(const flashc_fwd_params &p, int block_m, dim3 *grid) {
     flashc_tile_schedule s;
     if (!flashc_fwd_schedule(p, block_m, &s)) return false;
-    long long width = s.section;
-    if (width > 0 && (s.pairs + width - 1) / width > 65535) width = (s.pairs + 65534) / 65535;
-    const long long sections = width > 0 ? (s.pairs + width - 1) / width : 0;
-    if (s.ranks > 65535 || width > 0x7fffffffLL) return false;
-    *grid = dim3((unsigned)(s.pairs ? width : 0), (unsigned)s.ranks, (unsigned)(s.pairs ? sections : 1));
+    if (s.tiles == 0) {
+        *grid = dim3(0, 0, 0);
+        return true;
+    }
+    if (s.ranks > FLASHC_GRID_YZ_MAX) {
+        const long long y = s.pairs < FLASHC_GRID_YZ_MAX ? s.pairs : FLASHC_GRID_YZ_MAX;
+        *grid = dim3((unsigned)s.ranks, (unsigned)y, (unsigned)((s.pairs + y - 1) / y));
+        return true; /* ranks * pairs < 2^31: z <= y */
+    }
+    long long width = s.section; /* >= 1 */
+    if ((s.pairs + width - 1) / width > FLASHC_GRID_YZ_MAX)
+        width = (s.pairs + FLASHC_GRID_YZ_MAX - 1) / FLASHC_GRID_YZ_MAX;
+    *grid = dim3((unsigned)width, (unsigned)s.ranks, (unsigned)((s.pairs + width - 1) / width));
     return true;
 }
 
@@ -40,7 +50,7 @@ static cudaError_t flashc_fwd_launch(const flashc_fwd_params &p, cudaStream_t st
     }
     dim3 grid;
     if (!flashc_fwd_grid(p, BLOCK_M, &grid)) return cudaErrorInvalidConfiguration;
-    if (grid.x == 0 || grid.y == 0) return cudaSuccess;
+    if (grid.x == 0) return cudaSuccess;
     kernel<<<grid, WARPS * 32, smem, stream>>>(p);
     return cudaGetLastError();
 }

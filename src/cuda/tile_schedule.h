@@ -28,6 +28,9 @@
  * section of 128 MiB lost up to 19 %. */
 #define FLASHC_L2_SECTION_BYTES (32ll << 20)
 
+/* The most CTAs a grid's y or z dimension holds. */
+#define FLASHC_GRID_YZ_MAX 65535
+
 /* The data the tiles of one backward pair share (the pair_bytes of
  * flashc_schedule_plan): Q and dO (16-bit) and the float32 dQ rows of its
  * `heads` query heads. */
