@@ -5,7 +5,10 @@ backends, on DESIGN.md's standard grid: bf16, hdim 64/128/256, nheads =
 
 FLOPs: forward 4*b*h*sq*sk*d, halved when causal; backward 2.5x that.
 Timing: CUDA events around each call, calls enqueued back to back on the
-current stream after warm-up runs, median of the repeats; where one set of
+current stream after warm-up runs (at least --warmup-ms long, so that the
+clocks settle to this kernel's power draw), median of the repeats, and of
+--rounds rounds over the implementations in rotated order (none is always
+timed right after a peer's hotter kernel); where one set of
 tensors fits twice in L2, calls rotate over sets totalling 4x L2. Forward
 calls are also captured into a CUDA graph (the same calls, replayed): that
 time is the GPU's alone, without each library's per-call CPU cost, which
@@ -32,6 +35,7 @@ import math
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -284,12 +288,22 @@ def sdpa_backward_call(backend, q, k, v, causal, dout):
 
 # ---- timing ------------------------------------------------------------------
 
-def time_median(calls, warmup, repeat):
+def warm_up(calls, warmup, warmup_s):
+    """At least `warmup` untimed calls, and more until `warmup_s` seconds
+    have passed: the clocks settle to this kernel's power draw (a peer's
+    hotter kernel just before leaves them lower for tens of ms)."""
+    start, n = time.perf_counter(), 0
+    while n < warmup or time.perf_counter() - start < warmup_s:
+        for _ in range(max(1, warmup)):
+            calls[n % len(calls)]()
+            n += 1
+        torch.cuda.synchronize()
+
+
+def time_median(calls, warmup, repeat, warmup_s=0.0):
     """Median seconds of one call; calls[i % len(calls)] is run i (input
     sets rotate). Events around each call, enqueued back to back."""
-    for i in range(warmup):
-        calls[i % len(calls)]()
-    torch.cuda.synchronize()
+    warm_up(calls, warmup, warmup_s)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(repeat)]
     for i, (start, stop) in enumerate(events):
@@ -300,10 +314,15 @@ def time_median(calls, warmup, repeat):
     return statistics.median(s.elapsed_time(e) for s, e in events) * 1e-3
 
 
-def time_graph(calls, warmup, repeat):
+def note_failure(impl, p, d, s, causal, e):
+    print(f"# {impl} {p} hdim {d} seqlen {s} causal {int(causal)}: "
+          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+
+
+def time_graph(calls, warmup, repeat, warmup_s=0.0):
     """Seconds of one call when `repeat` calls (rotating over the sets) are
-    captured into one CUDA graph: median over `warmup` + 5 replays, the first
-    `warmup` untimed."""
+    captured into one CUDA graph: median of 5 replays after `warmup`
+    untimed ones (and more until `warmup_s` seconds have passed)."""
     for c in calls:
         c()
     torch.cuda.synchronize()
@@ -311,9 +330,7 @@ def time_graph(calls, warmup, repeat):
     with torch.cuda.graph(graph):
         for i in range(repeat):
             calls[i % len(calls)]()
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize()
+    warm_up([graph.replay], warmup, warmup_s)
     times = []
     for _ in range(5):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -381,6 +398,10 @@ def main():
     ap.add_argument("--forward-only", action="store_true", help="skip every backward")
     ap.add_argument("--warmup", type=int, default=5, help="untimed calls first (5)")
     ap.add_argument("--repeat", type=int, default=30, help="timed calls, median reported (30)")
+    ap.add_argument("--warmup-ms", type=float, default=100.0,
+                    help="warm-up of each timing lasts at least this long (100 ms)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds over the implementations in rotated order; the median round is reported (3)")
     ap.add_argument("--lib", help="libflashc.so for the ctypes path (else FLASHC_LIBRARY)")
     ap.add_argument("--out", help="write the results as TSV here")
     args = ap.parse_args()
@@ -392,6 +413,7 @@ def main():
         args.repeat = min(args.repeat, 10)
         args.warmup = min(args.warmup, 3)
     hdims, seqlens = parse_list(args.hdim), parse_list(args.seqlen)
+    warmup_s = args.warmup_ms * 1e-3
     causals = [bool(c) for c in parse_list(args.causal)]
     if not torch.cuda.is_available():
         raise SystemExit("gpu_sdpa_bench: torch sees no CUDA device")
@@ -404,7 +426,8 @@ def main():
         f"device {props.name} (L2 {l2 >> 20} MiB); torch {torch.__version__}, "
         f"cuDNN {torch.backends.cudnn.version()}; flashc {flashc.version} via {flashc.name} ({flashc.path})",
         f"batch = {TOKENS}/seqlen, nheads = {WIDTH}/hdim; FLOPs fwd 4*b*h*s*s*d (/2 causal), bwd 2.5x; "
-        f"CUDA events, median of {args.repeat} after {args.warmup} warm-up; inputs rotated over sets of 4x L2 "
+        f"CUDA events, median of {args.repeat} after {args.warmup} warm-up calls and >= {args.warmup_ms:g} ms, "
+        f"median of {args.rounds} rounds in rotated order; inputs rotated over sets of 4x L2 "
         "where one set fits in 2x L2; forward: the same calls captured in a CUDA graph (median of 5 replays)",
     ] + notes
     for line in header:
@@ -423,6 +446,7 @@ def main():
                 for p in passes:
                     flops = fl if p == "fwd" else 2.5 * fl
                     res, eager, err = {}, {}, float("nan")
+                    runs = {}
                     for impl in impls:
                         try:
                             if impl == "flashc" and p == "fwd":
@@ -441,24 +465,39 @@ def main():
                             else:
                                 calls = [sdpa_backward_call(impl, q, k, v, causal, dout)
                                          for q, k, v, dout in sets]
-                            if calls is None:
-                                res[impl] = float("nan")
-                                continue
-                            if p == "fwd":
-                                eager[impl] = time_median(calls, args.warmup, args.repeat)
-                                res[impl] = time_graph(calls, args.warmup, args.repeat)
-                            else:
-                                res[impl] = time_median(calls, args.warmup, args.repeat)
+                            runs[impl] = calls
                         except Exception as e:  # a backend without a kernel for this case
-                            print(f"# {impl} {p} hdim {d} seqlen {s} causal {int(causal)}: "
-                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                                  flush=True)
-                            res[impl] = float("nan")
+                            note_failure(impl, p, d, s, causal, e)
                             if impl == "flashc":
                                 failures += 1
                         finally:
-                            calls = None
                             torch.cuda.synchronize()
+                    # rounds in rotated order, so that no implementation is
+                    # always the one timed right after another's hottest kernel
+                    times = {i: [] for i in runs if runs[i] is not None}
+                    eagers = {i: [] for i in times}
+                    for rnd in range(args.rounds):
+                        order = [i for i in impls[rnd % len(impls):] + impls[:rnd % len(impls)] if i in times]
+                        for impl in order:
+                            try:
+                                calls = runs[impl]
+                                if p == "fwd":
+                                    eagers[impl].append(time_median(calls, args.warmup, args.repeat, warmup_s))
+                                    times[impl].append(time_graph(calls, args.warmup, args.repeat, warmup_s))
+                                else:
+                                    times[impl].append(time_median(calls, args.warmup, args.repeat, warmup_s))
+                            except Exception as e:
+                                note_failure(impl, p, d, s, causal, e)
+                                if impl == "flashc":
+                                    failures += 1
+                                del times[impl]
+                            finally:
+                                torch.cuda.synchronize()
+                    for impl in impls:
+                        res[impl] = statistics.median(times[impl]) if times.get(impl) else float("nan")
+                        if eagers.get(impl) and impl in times:
+                            eager[impl] = statistics.median(eagers[impl])
+                    runs = calls = None
                     if p == "fwd" and not math.isnan(res["flashc"]):
                         err = forward_error(flashc, *sets[0][:3], causal)
                         if not err < 2e-2:

@@ -14,6 +14,11 @@
  * one spill 388 bytes; at d256 4 x 2 S warps (FlashAttention-2's) gain
  * 0.3 - 0.9 % in the plain variant and make the general one spill
  * (bench/NOTES.md, "the backward's loop head").
+ * DQ_IN_KV: the first two dQ chunks' k-loops run inside dV's and dK's
+ * (each chunk's adds after its loop, the dK products after the first
+ * chunk's adds): at d256 (four chunks) +1.1 to +1.7 % on the H200; at d64
+ * (one chunk, inside both) -0.4 %, d128 -3.4 % (bench/NOTES.md, "dQ
+ * chunks inside the dK / dV k-loops").
  * Register budget per thread (float32 accumulators): dK + dV =
  * BLOCK_N * 2 * HEAD_DIM / (32 WARPS) live through the whole loop, S + dP =
  * 2 BLOCK_M BLOCK_N / (32 WARPS), one dQ chunk = BLOCK_M DQ_CHUNK / (32 WARPS).
@@ -37,19 +42,19 @@
 
 #include "fwd_config.h"
 
-#define FLASHC_BWD_CONFIGS(X)                                                                               \
-    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M GENERAL_S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK SWIZZLE SMALL */ \
-    X(64, 128, 128, 8, 2, 4, 4, 4, 32, 1, 0)                                                                \
-    X(96, 64, 128, 8, 2, 2, 4, 4, 48, 0, 0)                                                                 \
-    X(128, 64, 128, 8, 2, 2, 4, 4, 32, 1, 0)                                                                \
-    X(192, 64, 64, 8, 2, 2, 2, 4, 32, 0, 0)                                                                 \
-    X(256, 64, 64, 8, 4, 2, 2, 4, 32, 1, 0)                                                                 \
-    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */                        \
-    X(64, 64, 128, 8, 2, 2, 4, 4, 32, 0, 1)                                                                 \
-    X(96, 64, 64, 8, 2, 2, 4, 4, 48, 0, 1)                                                                  \
-    X(128, 64, 64, 8, 2, 2, 2, 4, 32, 0, 1)                                                                 \
-    X(192, 32, 64, 8, 2, 2, 2, 2, 48, 0, 1)                                                                 \
-    X(256, 32, 32, 4, 2, 2, 2, 2, 32, 1, 1)
+#define FLASHC_BWD_CONFIGS(X)                                                                                             \
+    /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M GENERAL_S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK DQ_IN_KV SWIZZLE SMALL */ \
+    X(64, 128, 128, 8, 2, 4, 4, 4, 32, 0, 1, 0)                                                                           \
+    X(96, 64, 128, 8, 2, 2, 4, 4, 48, 0, 0, 0)                                                                            \
+    X(128, 64, 128, 8, 2, 2, 4, 4, 32, 0, 1, 0)                                                                           \
+    X(192, 64, 64, 8, 2, 2, 2, 4, 32, 0, 0, 0)                                                                            \
+    X(256, 64, 64, 8, 4, 2, 2, 4, 32, 1, 1, 0)                                                                            \
+    /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */                                      \
+    X(64, 64, 128, 8, 2, 2, 4, 4, 32, 0, 0, 1)                                                                            \
+    X(96, 64, 64, 8, 2, 2, 4, 4, 48, 0, 0, 1)                                                                             \
+    X(128, 64, 64, 8, 2, 2, 2, 4, 32, 0, 0, 1)                                                                            \
+    X(192, 32, 64, 8, 2, 2, 2, 2, 48, 0, 0, 1)                                                                            \
+    X(256, 32, 32, 4, 2, 2, 2, 2, 32, 0, 1, 1)
 
 /* The compiled head dims, smallest first. */
 #define FLASHC_BWD_HEAD_DIMS(X) X(64) X(96) X(128) X(192) X(256)
@@ -58,15 +63,16 @@ template <int HEAD_DIM, bool SMALL = false>
 struct flashc_bwd_config {
     static constexpr bool COMPILED = false;
 };
-#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, GSWM, KVWN, QWM, DQC, SWZ, SM)                 \
-    template <>                                                                                 \
-    struct flashc_bwd_config<D, SM> {                                                           \
-        static constexpr bool COMPILED = true;                                                  \
-        static constexpr int BLOCK_M = BM, BLOCK_N = BN, WARPS = W;                             \
-        static constexpr int S_WARPS_M = SWM, GENERAL_S_WARPS_M = GSWM;                         \
-        static constexpr int KV_WARPS_N = KVWN, Q_WARPS_M = QWM;                                \
-        static constexpr int DQ_CHUNK = DQC;                                                    \
-        static constexpr bool SWIZZLE = SWZ;                                                    \
+#define FLASHC_BWD_CONFIG_STRUCT(D, BM, BN, W, SWM, GSWM, KVWN, QWM, DQC, DQKV, SWZ, SM) \
+    template <>                                                                          \
+    struct flashc_bwd_config<D, SM> {                                                    \
+        static constexpr bool COMPILED = true;                                           \
+        static constexpr int BLOCK_M = BM, BLOCK_N = BN, WARPS = W;                      \
+        static constexpr int S_WARPS_M = SWM, GENERAL_S_WARPS_M = GSWM;                  \
+        static constexpr int KV_WARPS_N = KVWN, Q_WARPS_M = QWM;                         \
+        static constexpr int DQ_CHUNK = DQC;                                             \
+        static constexpr bool DQ_IN_KV = DQKV;                                           \
+        static constexpr bool SWIZZLE = SWZ;                                             \
     };
 FLASHC_BWD_CONFIGS(FLASHC_BWD_CONFIG_STRUCT)
 #undef FLASHC_BWD_CONFIG_STRUCT

@@ -61,7 +61,7 @@ static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float 
 }
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,
-          int Q_WARPS_M, int DQ_CHUNK, bool SWIZZLE, bool GENERAL>
+          int Q_WARPS_M, int DQ_CHUNK, bool DQ_IN_KV, bool SWIZZLE, bool GENERAL>
 __global__ void __launch_bounds__(WARPS * 32, 1)
     flashc_bwd_kernel(const flashc_bwd_params p, const flashc_tile_schedule sched, int stages) {
     constexpr int THREADS = WARPS * 32;
@@ -286,35 +286,73 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
             }
             __syncthreads(); /* (B) */
 
-            /* dV += Pd^T dO, dK += dS^T Q */
-            {
+            /* dV += P^T dO, dK += dS^T Q, dQ += dS K (DQ_IN_KV: bwd_config.h) */
+            if constexpr (DQ_IN_KV) {
+                /* dQ's first chunk's k-loop inside dV's, its second inside
+                 * dK's, each chunk's adds after its loop; the other chunks
+                 * and the zeros past the head dim as below */
+                typedef flashc_warp_frags<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, LP, LD> kv_frags;
+                typedef flashc_warp_frags<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, LP, LD> dq_frags;
                 const uint32_t a_kv[2] = {FLASHC_LANE_ADDR(LP, false, true, sP_addr, lane, 0, kv_key0),
                                           FLASHC_LANE_ADDR(LP, false, true, sdS_addr, lane, 0, kv_key0)};
                 const uint32_t b_kv[2] = {FLASHC_LANE_ADDR(LD, true, true, sdO_addr, lane, 0, kv_dim0),
                                           FLASHC_LANE_ADDR(LD, true, true, sQ_addr, lane, 0, kv_dim0)};
-                flashc_warp_gemms<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, BLOCK_M / 16, LP, LD,
-                                  2>(acc_dvdk, a_kv, b_kv);
-            }
-
-            /* dQ += dS K, a chunk of columns at a time; rows past the
-             * sequence and columns past the head dim add zeros into the
-             * workspace's padding (bwd_workspace.h), so they need no test */
-            float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * HEAD_DIM;
-            /* one chunk at a time, each chunk's adds right after its
-             * products (all chunks' products first, with the adds bunched
-             * at the end, measured 4 % slower at d128) */
+                const uint32_t a_q = FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0);
+                float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * HEAD_DIM;
+                float *dq_lane = dq_rows + (q_row0 + g) * HEAD_DIM + q_dim0 + 2 * t;
+                static_assert(Q_DIMS >= 2 * DQ_CHUNK, "two dQ chunks");
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    float acc_dq[Q_ROW_ATOMS][DQ_COL_ATOMS][4];
+                    flashc_zero_acc(acc_dq);
+                    const uint32_t b_q = FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, q_dim0 + c * DQ_CHUNK);
+                    flashc_warp_gemms_interleaved<BLOCK_M / 16, BLOCK_N / 16, kv_frags, dq_frags, 1>(
+                        acc_dvdk + c, a_kv + c, b_kv + c, acc_dq, a_q, b_q);
+                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane + c * DQ_CHUNK, acc_dq);
+                }
 #pragma unroll 1
-            for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
-                const int dim0 = q_dim0 + c0;
-                if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
-                float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
-                flashc_zero_acc(acc_dq[0]);
-                const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0)};
-                const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, dim0)};
-                flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD, 1>(acc_dq, a_q,
-                                                                                                        b_q);
-                flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_rows + (q_row0 + g) * HEAD_DIM + dim0 + 2 * t,
-                                                                       acc_dq[0]);
+                for (int c0 = 2 * DQ_CHUNK; c0 < Q_DIMS; c0 += DQ_CHUNK) {
+                    const int dim0 = q_dim0 + c0;
+                    if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
+                    float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
+                    flashc_zero_acc(acc_dq[0]);
+                    const uint32_t a_q1[1] = {a_q};
+                    const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, dim0)};
+                    flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD, 1>(
+                        acc_dq, a_q1, b_q);
+                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane + c0, acc_dq[0]);
+                }
+            } else {
+                /* dV += Pd^T dO, dK += dS^T Q */
+                {
+                    const uint32_t a_kv[2] = {FLASHC_LANE_ADDR(LP, false, true, sP_addr, lane, 0, kv_key0),
+                                              FLASHC_LANE_ADDR(LP, false, true, sdS_addr, lane, 0, kv_key0)};
+                    const uint32_t b_kv[2] = {FLASHC_LANE_ADDR(LD, true, true, sdO_addr, lane, 0, kv_dim0),
+                                              FLASHC_LANE_ADDR(LD, true, true, sQ_addr, lane, 0, kv_dim0)};
+                    flashc_warp_gemms<T, true, true, KV_ROW_ATOMS, KV_COL_ATOMS / 2, BLOCK_M / 16, LP, LD,
+                                      2>(acc_dvdk, a_kv, b_kv);
+                }
+
+                /* dQ += dS K, a chunk of columns at a time; rows past the
+                 * sequence and columns past the head dim add zeros into the
+                 * workspace's padding (bwd_workspace.h), so they need no test */
+                float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * HEAD_DIM;
+                /* one chunk at a time, each chunk's adds right after its
+                 * products (all chunks' products first, with the adds bunched
+                 * at the end, measured 4 % slower at d128) */
+#pragma unroll 1
+                for (int c0 = 0; c0 < Q_DIMS; c0 += DQ_CHUNK) {
+                    const int dim0 = q_dim0 + c0;
+                    if (dim0 >= p.fwd.head_dim) break; /* uniform per warp */
+                    float acc_dq[1][Q_ROW_ATOMS][DQ_COL_ATOMS][4];
+                    flashc_zero_acc(acc_dq[0]);
+                    const uint32_t a_q[1] = {FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0)};
+                    const uint32_t b_q[1] = {FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, dim0)};
+                    flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD, 1>(
+                        acc_dq, a_q, b_q);
+                    flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(
+                        dq_rows + (q_row0 + g) * HEAD_DIM + dim0 + 2 * t, acc_dq[0]);
+                }
             }
 
             if (stages == 1 && it + 1 < iters) {

@@ -20,7 +20,7 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
     auto kernel = flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS,
                                     GENERAL ? C::GENERAL_S_WARPS_M : C::S_WARPS_M, C::KV_WARPS_N, C::Q_WARPS_M,
-                                    C::DQ_CHUNK, C::SWIZZLE, GENERAL>;
+                                    C::DQ_CHUNK, C::DQ_IN_KV, C::SWIZZLE, GENERAL>;
     /* the workspace was laid out in the plan's tiles, which this
      * configuration's blocks must divide; anything else would read and
      * write wrong rows */

@@ -249,7 +249,7 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
     const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     /* the smallest head dim that holds d and dv; its SMALL configuration
      * where one stage of the other does not fit the device (16-bit types) */
-#define FLASHC_BWD_PICK(D, BM, BN, W, SWM, GSWM, KVWN, QWM, DQC, SWZ, SM)                                \
+#define FLASHC_BWD_PICK(D, BM, BN, W, SWM, GSWM, KVWN, QWM, DQC, DQKV, SWZ, SM)                          \
     if ((plan.head_dim == 0 || (plan.head_dim == D && SM && !plan.small)) && d <= D &&                  \
         (!SM || FLASHC_BWD_SMEM_BYTES(D, flashc_bwd_config<D>::BLOCK_M, flashc_bwd_config<D>::BLOCK_N,  \
                                       flashc_bwd_config<D>::SWIZZLE, 1) > smem_optin)) {                 \
