@@ -12,6 +12,8 @@
  *   barrier                                    (B)
  *   dV += Pd^T dO, dK += dS^T Q                (A operands from sP / sdS, transposed)
  *   dQ = dS K, added into the float32 accumulator, DQ_CHUNK columns at a time
+ *                                              (DQ_IN_KV: the first two chunks' k-loops
+ *                                              inside dV's and dK's)
  *
  * Barrier (A) also orders iteration it - 1's reads of sP, sdS and the other
  * Q / dO stage before this iteration overwrites them. The epilogue writes
