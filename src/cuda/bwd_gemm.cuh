@@ -137,31 +137,24 @@ static __device__ __forceinline__ void flashc_warp_gemms(float (&acc)[NG][M_ATOM
     }
 }
 
-/* acc0[g] += A0_g B0_g for NG GEMMs of one shape (fragments F0, K0
- * k-steps) and acc1 += A1 B1 of another (F1, K1 k-steps), all k-loops
- * interleaved: the GEMM with more steps takes K1 / K0 (or K0 / K1) of
- * them per step of the other. A dQ chunk alone has few accumulators per
- * warp (few independent products to cover an ldmatrix with); among the
- * dK / dV products it has theirs. */
-template <int K0, int K1, class F0, class F1, int NG, class ACC0, class ACC1>
+/* acc0[g] += A0_g B0_g for NG GEMMs of one shape (fragments F0) and
+ * acc1 += A1 B1 of another (F1), all over K_STEPS k-steps in one k-loop.
+ * A dQ chunk alone has few accumulators per warp (few independent
+ * products to cover an ldmatrix with); among the dK / dV products it has
+ * theirs. */
+template <int K_STEPS, class F0, class F1, int NG, class ACC0, class ACC1>
 static __device__ __forceinline__ void flashc_warp_gemms_interleaved(ACC0 *acc0, const uint32_t *a0, const uint32_t *b0,
                                                                      ACC1 &acc1, uint32_t a1, uint32_t b1) {
-    static_assert(K0 % K1 == 0 || K1 % K0 == 0, "k-step counts that divide one another");
-    constexpr int K = K0 > K1 ? K0 : K1, R0 = K / K0, R1 = K / K1;
     F0 f0[NG];
     F1 f1;
 #pragma unroll
-    for (int ks = 0; ks < K; ++ks) {
-        if (ks % R0 == 0) {
+    for (int ks = 0; ks < K_STEPS; ++ks) {
 #pragma unroll
-            for (int g = 0; g < NG; ++g) f0[g].load(a0[g], b0[g], ks / R0);
-        }
-        if (ks % R1 == 0) f1.load(a1, b1, ks / R1);
-        if (ks % R0 == 0) {
+        for (int g = 0; g < NG; ++g) f0[g].load(a0[g], b0[g], ks);
+        f1.load(a1, b1, ks);
 #pragma unroll
-            for (int g = 0; g < NG; ++g) f0[g].mma(acc0[g]);
-        }
-        if (ks % R1 == 0) f1.mma(acc1);
+        for (int g = 0; g < NG; ++g) f0[g].mma(acc0[g]);
+        f1.mma(acc1);
     }
 }
 

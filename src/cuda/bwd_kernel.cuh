@@ -288,7 +288,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
             }
             __syncthreads(); /* (B) */
 
-            /* dV += P^T dO, dK += dS^T Q, dQ += dS K (DQ_IN_KV: bwd_config.h) */
+            /* dV += P^T dO, dK += dS^T Q, dQ += dS K (DQ_IN_KV: bwd_config.h).
+             * The two branches spell their lane addresses and dQ chunk loops
+             * out separately on purpose: each is the source its kernels were
+             * measured with. One shared loop (checked 2026-12-03) keeps the
+             * sm_90 plain kernels' SASS but changes the general, SMALL and
+             * sm_80 ones, so folding it needs its own A/B. */
             if constexpr (DQ_IN_KV) {
                 /* dQ's first chunk's k-loop inside dV's, its second inside
                  * dK's, each chunk's adds after its loop; the other chunks
@@ -302,14 +307,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                 const uint32_t a_q = FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0);
                 float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * HEAD_DIM;
                 float *dq_lane = dq_rows + (q_row0 + g) * HEAD_DIM + q_dim0 + 2 * t;
-                static_assert(Q_DIMS >= 2 * DQ_CHUNK, "two dQ chunks");
+                static_assert(Q_DIMS >= 2 * DQ_CHUNK && BLOCK_M == BLOCK_N,
+                              "two dQ chunks, whose k-loops (keys) are as long as dK / dV's (query rows)");
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
                     float acc_dq[Q_ROW_ATOMS][DQ_COL_ATOMS][4];
                     flashc_zero_acc(acc_dq);
                     const uint32_t b_q = FLASHC_LANE_ADDR(LD, true, true, sK_addr, lane, 0, q_dim0 + c * DQ_CHUNK);
-                    flashc_warp_gemms_interleaved<BLOCK_M / 16, BLOCK_N / 16, kv_frags, dq_frags, 1>(
-                        acc_dvdk + c, a_kv + c, b_kv + c, acc_dq, a_q, b_q);
+                    flashc_warp_gemms_interleaved<BLOCK_M / 16, kv_frags, dq_frags, 1>(acc_dvdk + c, a_kv + c,
+                                                                                    b_kv + c, acc_dq, a_q, b_q);
                     flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(dq_lane + c * DQ_CHUNK, acc_dq);
                 }
 #pragma unroll 1
