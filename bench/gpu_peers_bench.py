@@ -18,13 +18,15 @@ or varlen; a library without a kernel for the head dims) shows "-".
 FLOPs count the (query, key) pairs each mask lets through: forward
 2·h·(d + dv) per pair, backward 2.5× the forward (DESIGN's convention; the
 square causal grid gives the usual 4·b·h·s²·d / 2). Timing: CUDA events
-around each call, calls enqueued back to back after warm-up, median of the
-repeats; inputs rotate over sets totalling 4× L2 where one set fits twice
+around each call, calls enqueued back to back after warm-up (at least
+--warmup-ms long), median of the repeats, and the median of --rounds rounds
+over the libraries in rotated order; inputs rotate over sets totalling 4× L2 where one set fits twice
 in L2 (as bench/gpu_sdpa_bench.py, whose helpers this uses). The backward
 is torch.autograd.grad of each library's own forward output.
 
     python3 bench/gpu_peers_bench.py [--grid-only | --models-only | --det-only] [--quick]
-                                     [--repeat 10] [--out results.tsv]
+                                     [--repeat 10] [--warmup-ms 100] [--rounds 3]
+                                     [--out results.tsv]
 """
 import argparse
 import datetime
@@ -202,16 +204,27 @@ def fa4_available():
 # ---- timing --------------------------------------------------------------------------
 
 
-def time_case(case, device, l2, warmup, repeat, libraries, backward):
+def time_case(case, device, l2, args, libraries, backward):
     """{(library, pass): seconds or None}, and the forward's max error of
     each library against flashc (relative to flashc's max). Bytes of one
-    input set (q, k, v, out, dout, dq, dk, dv) decide how many sets rotate."""
+    input set (q, k, v, out, dout, dq, dk, dv) decide how many sets rotate.
+    Every library's calls are built first; then args.rounds rounds time
+    them in rotated order (each timing warmed up for args.warmup_ms), and
+    the median round counts: the H200 runs at its power cap under the
+    heaviest kernels, and a library timed right after one of them would
+    start at lowered clocks (bench/NOTES.md, "the SDPA harness under the
+    power cap")."""
     elems = sum(case.lengths) if case.lengths else case.batch * case.seqlen
     bytes_one = elems * (2 * case.heads * (case.hdim + case.hdim_v)
                          + 2 * case.kv_heads * (case.hdim + case.hdim_v)) * 2
     nsets = 1 if bytes_one >= 2 * l2 else min(16, -(-4 * l2 // bytes_one))
     sets = [make_inputs(case, device, seed=1000 + i) for i in range(nsets)]
-    times, errors, reference = {}, {}, None
+    errors, reference, calls = {}, None, {}
+
+    def skip(name, p, e):
+        print(f"#   {name} {p}: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}",
+              flush=True)
+
     for name in libraries:
         try:
             fwd = LIBRARIES[name](case, device)
@@ -220,31 +233,43 @@ def time_case(case, device, l2, warmup, repeat, libraries, backward):
                 reference = out.float()
             errors[name] = ((out.float() - reference).abs().max()
                             / reference.abs().max().clamp_min(1e-6)).item()
-            times[(name, "fwd")] = time_median(
-                [(lambda s=s: fwd(*s[:3])) for s in sets], warmup, repeat)
+            calls[(name, "fwd")] = [(lambda s=s, fwd=fwd: fwd(*s[:3])) for s in sets]
         except Exception as e:  # no kernel for this case
-            print(f"#   {name} fwd: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}",
-                  flush=True)
-            times[(name, "fwd")] = None
+            skip(name, "fwd", e)
             continue
         if not backward:
             continue
         try:
-            calls = []
+            bwd = []
             for q, k, v, dout in sets:
                 leaves = [t.detach().requires_grad_() for t in (q, k, v)]
                 out = fwd(*leaves)
-                calls.append(lambda out=out, leaves=leaves, dout=dout: torch.autograd.grad(
+                bwd.append(lambda out=out, leaves=leaves, dout=dout: torch.autograd.grad(
                     out, leaves, dout, retain_graph=True))
-            times[(name, "bwd")] = time_median(calls, warmup, repeat)
+            bwd[0]()
+            calls[(name, "bwd")] = bwd
         except Exception as e:
-            print(f"#   {name} bwd: {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}",
-                  flush=True)
-            times[(name, "bwd")] = None
-        finally:
-            calls = None
+            skip(name, "bwd", e)
         torch.cuda.synchronize()
-    del sets
+    samples = {key: [] for key in calls}
+    order = [n for n in libraries if any(key[0] == n for key in calls)]
+    warmup_s = args.warmup_ms * 1e-3
+    for rnd in range(args.rounds):
+        for name in order[rnd % len(order):] + order[:rnd % len(order)] if order else []:
+            for p in ("fwd", "bwd"):
+                if (name, p) not in calls:
+                    continue
+                try:
+                    samples[(name, p)].append(time_median(calls[(name, p)], args.warmup, args.repeat,
+                                                          warmup_s))
+                except Exception as e:
+                    skip(name, p, e)
+    times = {(n, p): None for n in libraries for p in ("fwd", "bwd")}
+    for key, got in samples.items():
+        if got:
+            times[key] = sorted(got)[len(got) // 2]
+    calls = sets = None
+    torch.cuda.synchronize()
     torch.cuda.empty_cache()
     return times, errors
 
@@ -257,8 +282,7 @@ def run_table(title, cases, args, device, l2, libraries):
     print(f"\n{title}", flush=True)
     rows = []
     for case in cases:
-        times, errors = time_case(case, device, l2, args.warmup, args.repeat, libraries,
-                                  not args.forward_only)
+        times, errors = time_case(case, device, l2, args, libraries, not args.forward_only)
         fl = forward_flops(case)
         for p in ("fwd",) if args.forward_only else ("fwd", "bwd"):
             flops = fl if p == "fwd" else 2.5 * fl
@@ -294,6 +318,10 @@ def main():
     ap.add_argument("--forward-only", action="store_true")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--warmup-ms", type=float, default=100.0,
+                    help="each timing warms up for at least this long (100)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds over the libraries in rotated order; the median round counts (3)")
     ap.add_argument("--out", help="TSV of every row")
     args = ap.parse_args()
     if args.quick:
@@ -308,7 +336,8 @@ def main():
     header = (f"flashc vs peers, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, "
               f"{props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
               f"flashc {flashc.__version__}, FA4 {'yes' if 'fa4' in libraries else 'not importable'}; "
-              f"median of {args.repeat} after {args.warmup} warm-up")
+              f"median of {args.repeat} after {args.warmup} warm-up calls and >= {args.warmup_ms:g} ms, "
+              f"median of {args.rounds} rounds in rotated order")
     print("# " + header, flush=True)
     rows = []
     only = [args.grid_only, args.models_only, args.det_only]

@@ -16,9 +16,12 @@
  * (bench/NOTES.md, "the backward's loop head").
  * DQ_IN_KV: the first two dQ chunks' k-loops run inside dV's and dK's
  * (each chunk's adds after its loop, the dK products after the first
- * chunk's adds): at d256 (four chunks) +1.1 to +1.7 % on the H200; at d64
- * (one chunk, inside both) -0.4 %, d128 -3.4 % (bench/NOTES.md, "dQ
- * chunks inside the dK / dV k-loops").
+ * chunk's adds), where those loops are as long as dQ's (BLOCK_M ==
+ * BLOCK_N): on the H200 d256 (four chunks) +1.1 to +1.7 %, d192 (three)
+ * +1.1 to +1.7 %; d64 (one chunk, inside both) -0.4 %, d128 -3.4 %, the
+ * d128 SMALL one (two chunks, under a 99 KiB limit) -1.0 to +0.3 %
+ * (bench/NOTES.md, "dQ chunks inside the dK / dV k-loops" and "the
+ * preprocess at one round trip").
  * Register budget per thread (float32 accumulators): dK + dV =
  * BLOCK_N * 2 * HEAD_DIM / (32 WARPS) live through the whole loop, S + dP =
  * 2 BLOCK_M BLOCK_N / (32 WARPS), one dQ chunk = BLOCK_M DQ_CHUNK / (32 WARPS).
@@ -47,7 +50,7 @@
     X(64, 128, 128, 8, 2, 4, 4, 4, 32, 0, 1, 0)                                                                           \
     X(96, 64, 128, 8, 2, 2, 4, 4, 48, 0, 0, 0)                                                                            \
     X(128, 64, 128, 8, 2, 2, 4, 4, 32, 0, 1, 0)                                                                           \
-    X(192, 64, 64, 8, 2, 2, 2, 4, 32, 0, 0, 0)                                                                            \
+    X(192, 64, 64, 8, 2, 2, 2, 4, 32, 1, 0, 0)                                                                            \
     X(256, 64, 64, 8, 4, 2, 2, 4, 32, 1, 1, 0)                                                                            \
     /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */                                      \
     X(64, 64, 128, 8, 2, 2, 4, 4, 32, 0, 0, 1)                                                                            \

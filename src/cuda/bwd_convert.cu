@@ -34,6 +34,11 @@ static __device__ __forceinline__ uint4 flashc_pack8(float4 lo, float4 hi, float
     return out;
 }
 
+/* Items (8 columns of a row) per thread per round: their loads all issued
+ * before the first store, so a thread waits for one round trip per round,
+ * not per item. */
+#define FLASHC_BWD_CONVERT_UNROLL 4
+
 template <typename T>
 __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert_dq_kernel(const flashc_bwd_params p) {
     const int tile_m = p.tile_m;
@@ -47,15 +52,26 @@ __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert
     const int rows = min(tile_m, seq.sq - m0);
     const int64_t ws_row = flashc_bwd_ws_row0(p, batch, seq, tile_m) + m0;
     const float *acc = p.dq_accum + (head * p.ws_rows + ws_row) * p.dq_cols;
-    const int octets = p.fwd.head_dim / 8;
-    for (int idx = threadIdx.x; idx < rows * octets; idx += FLASHC_BWD_CONVERT_THREADS) {
-        const int r = idx / octets, c = 8 * (idx % octets);
-        float4 lo, hi;
-        flashc_sum8(acc + (int64_t)r * p.dq_cols + c, p.dq_slice_stride, p.dq_slices, lo, hi);
-        const uint4 out = flashc_pack8<T>(lo, hi, p.scale);
-        T *dst = reinterpret_cast<T *>(p.dq) + batch * p.dq_batch_stride + (seq.q_start + m0 + r) * p.dq_row_stride +
-                 head * p.dq_head_stride + c;
-        *reinterpret_cast<uint4 *>(dst) = out;
+    const int octets = p.fwd.head_dim / 8, items = rows * octets;
+    T *dq = reinterpret_cast<T *>(p.dq) + batch * p.dq_batch_stride + (seq.q_start + m0) * p.dq_row_stride +
+            head * p.dq_head_stride;
+    constexpr int U = FLASHC_BWD_CONVERT_UNROLL;
+    for (int base = threadIdx.x; base < items; base += U * FLASHC_BWD_CONVERT_THREADS) {
+        float4 lo[U], hi[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * FLASHC_BWD_CONVERT_THREADS;
+            if (idx < items)
+                flashc_sum8(acc + (int64_t)(idx / octets) * p.dq_cols + 8 * (idx % octets), p.dq_slice_stride,
+                            p.dq_slices, lo[u], hi[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * FLASHC_BWD_CONVERT_THREADS;
+            if (idx < items)
+                *reinterpret_cast<uint4 *>(dq + (int64_t)(idx / octets) * p.dq_row_stride + 8 * (idx % octets)) =
+                    flashc_pack8<T>(lo[u], hi[u], p.scale);
+        }
     }
 }
 
