@@ -181,6 +181,7 @@ static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_b
     k.ws_rows = L->ws_rows;
     k.dq_slice_stride = L->dq_slice_stride;
     k.dq_cols = plan->head_dim;
+    k.dq_blocked = 0; /* flashc_bwd_dispatch says which main kernel ran */
     k.dq_slices = plan->dq_slices;
     k.tile_m = plan->tile_m;
     k.nchunks = plan->nchunks;
@@ -246,11 +247,11 @@ static cudaError_t backward_body(const void *arg) {
     const flashc_bwd_plan plan = backward_plan(p);
     const flashc_bwd_layout L = flashc_bwd_layout_of(p, &plan);
     if (L.bytes > p->workspace_bytes) return cudaErrorInvalidValue; /* unreachable: api.c checked the size */
-    const flashc_bwd_params k = make_bwd_params(p, &plan, &L);
+    flashc_bwd_params k = make_bwd_params(p, &plan, &L);
     const int is_bf16 = p->dtype == FLASHC_DTYPE_BFLOAT16;
     cudaError_t err = flashc_bwd_preprocess(&k, is_bf16, p->stream);
     if (err == cudaSuccess) err = flashc_bwd_dispatch(&k, p->stream, is_bf16, plan.head_dim, plan.small,
-                                                      needs_general_kernel(p, k.fwd));
+                                                      needs_general_kernel(p, k.fwd), &k.dq_blocked);
     if (err == cudaSuccess) err = flashc_bwd_convert_dq(&k, is_bf16, p->stream);
     if (err == cudaSuccess && p->is_varlen) err = flashc_bwd_zero_unused_rows(&k, is_bf16, p->stream);
     return err;

@@ -51,27 +51,43 @@ __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert
     if (m0 >= seq.sq) return;
     const int rows = min(tile_m, seq.sq - m0);
     const int64_t ws_row = flashc_bwd_ws_row0(p, batch, seq, tile_m) + m0;
-    const float *acc = p.dq_accum + (head * p.ws_rows + ws_row) * p.dq_cols;
-    const int octets = p.fwd.head_dim / 8, items = rows * octets;
+    const float *acc = p.dq_accum + (head * p.ws_rows + ws_row) * p.dq_cols; /* an 8-row group's start */
+    const int octets = p.fwd.head_dim / 8;
+    /* item idx: 8 columns of one row, in the order of dq_accum's layout
+     * (bwd_params.h) so that consecutive threads read consecutive floats:
+     * blocked, the 8 rows of a block, then its group's blocks; else a
+     * row's octets. Its offset in dq_accum and its row and octet. */
+    const bool blocked = p.dq_blocked != 0;
+    const int items = blocked ? (rows + 7) / 8 * 8 * octets : rows * octets;
+    auto item = [&](int idx, int &row, int &octet) -> int64_t {
+        if (!blocked) {
+            row = idx / octets, octet = idx % octets;
+            return (int64_t)row * p.dq_cols + 8 * octet;
+        }
+        const int group = idx / (8 * octets);
+        row = 8 * group + idx % 8, octet = idx / 8 % octets;
+        return (int64_t)group * 8 * p.dq_cols + 64 * octet + 8 * (idx % 8);
+    };
     T *dq = reinterpret_cast<T *>(p.dq) + batch * p.dq_batch_stride + (seq.q_start + m0) * p.dq_row_stride +
             head * p.dq_head_stride;
     constexpr int U = FLASHC_BWD_CONVERT_UNROLL;
     for (int base = threadIdx.x; base < items; base += U * FLASHC_BWD_CONVERT_THREADS) {
         float4 lo[U], hi[U];
+        int row[U], octet[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int idx = base + u * FLASHC_BWD_CONVERT_THREADS;
-            if (idx < items)
-                flashc_sum8(acc + (int64_t)(idx / octets) * p.dq_cols + 8 * (idx % octets), p.dq_slice_stride,
-                            p.dq_slices, lo[u], hi[u]);
+            row[u] = rows; /* none */
+            if (idx < items) {
+                const int64_t at = item(idx, row[u], octet[u]);
+                if (row[u] < rows) flashc_sum8(acc + at, p.dq_slice_stride, p.dq_slices, lo[u], hi[u]);
+            }
         }
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int idx = base + u * FLASHC_BWD_CONVERT_THREADS;
-            if (idx < items)
-                *reinterpret_cast<uint4 *>(dq + (int64_t)(idx / octets) * p.dq_row_stride + 8 * (idx % octets)) =
+        for (int u = 0; u < U; ++u)
+            if (row[u] < rows)
+                *reinterpret_cast<uint4 *>(dq + (int64_t)row[u] * p.dq_row_stride + 8 * octet[u]) =
                     flashc_pack8<T>(lo[u], hi[u], p.scale);
-        }
     }
 }
 

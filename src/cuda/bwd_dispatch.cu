@@ -5,7 +5,8 @@
 #include "hopper_bwd.h"
 
 cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config,
-                                int small, int general) {
+                                int small, int general, int *dq_blocked) {
+    *dq_blocked = 0;
     cudaError_t err = flashc_hopper_bwd(p, stream, is_bf16);
     if (err == cudaErrorNotSupported) {
         /* The portable kernel, for its own plan or for a Hopper plan the
@@ -24,6 +25,7 @@ cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is
     if (head_dim_config == HEAD_DIM) err = flashc_bwd_run_hdim##HEAD_DIM(&portable, stream, is_bf16, small, general);
         FLASHC_BWD_HEAD_DIMS(FLASHC_BWD_TRY_CONFIG)
 #undef FLASHC_BWD_TRY_CONFIG
+        *dq_blocked = 1;
     }
     if (err == cudaSuccess && p->head_splits > 1) err = flashc_bwd_combine_dkv(p, is_bf16, stream);
     return err;

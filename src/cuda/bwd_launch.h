@@ -24,9 +24,10 @@ FLASHC_BWD_HEAD_DIMS(FLASHC_BWD_DECLARE_RUN)
 cudaError_t flashc_bwd_preprocess(const flashc_bwd_params *p, int is_bf16, void *stream);
 
 /* The main kernel of the configuration with this HEAD_DIM (its SMALL one
- * when small; its general variant when general). */
+ * when small; its general variant when general); *dq_blocked: the layout
+ * it left dq_accum in (bwd_params.h), for the conversion. */
 cudaError_t flashc_bwd_dispatch(const flashc_bwd_params *p, void *stream, int is_bf16, int head_dim_config,
-                                int small, int general);
+                                int small, int general, int *dq_blocked);
 
 /* dq = scale * (sum of the dQ slices, in slice order), in the output dtype. */
 cudaError_t flashc_bwd_convert_dq(const flashc_bwd_params *p, int is_bf16, void *stream);

@@ -4,7 +4,9 @@
  *
  *   lse2      [nheads][ws_rows]                    float32  LSE * log2(e)
  *   dsum      [nheads][ws_rows]                    float32  D = rowsum(dO * O) - dLSE
- *   dq_accum  [dq_slices][nheads][ws_rows][D]      float32  dQ before the scale (D: the plan's head_dim)
+ *   dq_accum  [dq_slices][nheads][ws_rows][D]      float32  dQ before the scale (D: the plan's head_dim);
+ *                                                           each 8-row group in 8 x 8 blocks where the
+ *                                                           portable kernel ran (bwd_params.h, dq_blocked)
  *   dq_order  [nheads][ws_rows / dq_order_rows]    int32    deterministic on the Hopper path only:
  *                                                           per query block, the key blocks that
  *                                                           have added into its dQ rows
