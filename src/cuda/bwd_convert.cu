@@ -11,17 +11,21 @@
 
 #define FLASHC_BWD_CONVERT_THREADS 128
 
-/* Sum of `splits` partials of 8 floats `stride` apart, in split order. */
-static __device__ __forceinline__ void flashc_sum8(const float *src, int64_t stride, int splits, float4 &lo,
-                                                   float4 &hi) {
-    lo = *reinterpret_cast<const float4 *>(src);
-    hi = *reinterpret_cast<const float4 *>(src + 4);
+/* Sum of `splits` partials of 4 floats `stride` apart, in split order. */
+static __device__ __forceinline__ float4 flashc_sum4(const float *src, int64_t stride, int splits) {
+    float4 v = *reinterpret_cast<const float4 *>(src);
     for (int s = 1; s < splits; ++s) {
         const float4 a = *reinterpret_cast<const float4 *>(src + s * stride);
-        const float4 b = *reinterpret_cast<const float4 *>(src + s * stride + 4);
-        lo.x += a.x, lo.y += a.y, lo.z += a.z, lo.w += a.w;
-        hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
+        v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
     }
+    return v;
+}
+
+/* ... of 8 floats */
+static __device__ __forceinline__ void flashc_sum8(const float *src, int64_t stride, int splits, float4 &lo,
+                                                   float4 &hi) {
+    lo = flashc_sum4(src, stride, splits);
+    hi = flashc_sum4(src + 4, stride, splits);
 }
 
 template <typename T>
@@ -53,21 +57,12 @@ __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert
     const int64_t ws_row = flashc_bwd_ws_row0(p, batch, seq, tile_m) + m0;
     const float *acc = p.dq_accum + (head * p.ws_rows + ws_row) * p.dq_cols; /* an 8-row group's start */
     const int octets = p.fwd.head_dim / 8;
-    /* item idx: 8 columns of one row, in the order of dq_accum's layout
-     * (bwd_params.h) so that consecutive threads read consecutive floats:
-     * blocked, the 8 rows of a block, then its group's blocks; else a
-     * row's octets. Its offset in dq_accum and its row and octet. */
+    /* item idx: 8 columns of one row, numbered in the order of dq_accum's
+     * layout (bwd_rows.cuh) so that consecutive threads read consecutive
+     * floats: blocked, the 8 rows of a block, then the group's blocks; else
+     * a row's octets */
     const bool blocked = p.dq_blocked != 0;
     const int items = blocked ? (rows + 7) / 8 * 8 * octets : rows * octets;
-    auto item = [&](int idx, int &row, int &octet) -> int64_t {
-        if (!blocked) {
-            row = idx / octets, octet = idx % octets;
-            return (int64_t)row * p.dq_cols + 8 * octet;
-        }
-        const int group = idx / (8 * octets);
-        row = 8 * group + idx % 8, octet = idx / 8 % octets;
-        return (int64_t)group * 8 * p.dq_cols + 64 * octet + 8 * (idx % 8);
-    };
     T *dq = reinterpret_cast<T *>(p.dq) + batch * p.dq_batch_stride + (seq.q_start + m0) * p.dq_row_stride +
             head * p.dq_head_stride;
     constexpr int U = FLASHC_BWD_CONVERT_UNROLL;
@@ -77,10 +72,19 @@ __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int idx = base + u * FLASHC_BWD_CONVERT_THREADS;
-            row[u] = rows; /* none */
-            if (idx < items) {
-                const int64_t at = item(idx, row[u], octet[u]);
-                if (row[u] < rows) flashc_sum8(acc + at, p.dq_slice_stride, p.dq_slices, lo[u], hi[u]);
+            row[u] = blocked ? 8 * (idx / (8 * octets)) + idx % 8 : idx / octets;
+            octet[u] = blocked ? idx / 8 % octets : idx % octets;
+            if (idx >= items) row[u] = rows; /* none */
+            if (row[u] < rows) {
+                int64_t first, second;
+                flashc_bwd_dq_octet(row[u], octet[u], p.dq_cols, blocked, &first, &second);
+                lo[u] = flashc_sum4(acc + first, p.dq_slice_stride, p.dq_slices);
+                hi[u] = flashc_sum4(acc + second, p.dq_slice_stride, p.dq_slices);
+                if (blocked && !FLASHC_BWD_DQ_PAIRS) { /* halves: even columns, then odd */
+                    const float4 even = lo[u], odd = hi[u];
+                    lo[u] = make_float4(even.x, odd.x, even.y, odd.y);
+                    hi[u] = make_float4(even.z, odd.z, even.w, odd.w);
+                }
             }
         }
 #pragma unroll

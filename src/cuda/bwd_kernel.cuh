@@ -44,19 +44,15 @@
 #include "tile_schedule.h"
 
 /* One warp's chunk of dQ = dS K (mma fragments) added into the float32
- * accumulator, laid out in 8 x 8 blocks (bwd_params.h, dq_blocked): the
- * rows of an 8-row group are STRIDE floats each (the configuration's head
- * dim), stored as STRIDE / 8 blocks of 64 floats, each block's 8 rows of 8
- * columns in row order. A fragment's (row g, columns 2t, 2t + 1) of an
- * 8 x 8 atom is then floats 2 * lane, 2 * lane + 1 of its block: each
- * reduction of a warp adds 256 contiguous bytes (two L2 requests), where
- * rows of STRIDE floats spread it over eight rows (about twelve requests;
- * the adds cost 24 - 33 % of the backward on the H200, bench/NOTES.md
- * "the dQ reductions"). dq: this lane's first element (2 * lane floats
- * into the block of the warp tile's first row and column). Every column is
- * added, those past the problem's head dim too (zeros: K's columns there
- * are zero-filled), so the adds need no test and take one address and
- * immediate offsets. */
+ * accumulator in its blocked layout (bwd_rows.cuh): each reduction of a
+ * warp adds one 8 x 8 atom's 64 floats, contiguous, where rows of STRIDE
+ * floats (the configuration's head dim) spread them over eight rows (the
+ * adds cost 24 - 33 % of the backward on the H200 that way, bench/NOTES.md
+ * "the dQ reductions"). dq: this lane's first element in the block of the
+ * warp tile's first row and column (+ FLASHC_BWD_DQ_LANE * lane). Every
+ * column is added, those past the problem's head dim too (zeros: K's
+ * columns there are zero-filled), so the adds need no test and take one
+ * address and immediate offsets. */
 template <int ROW_ATOMS, int COL_ATOMS, int STRIDE>
 static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float (&acc)[ROW_ATOMS][COL_ATOMS][4]) {
 #pragma unroll
@@ -64,9 +60,15 @@ static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float 
 #pragma unroll
         for (int half = 0; half < 2; ++half)
 #pragma unroll
-            for (int j = 0; j < COL_ATOMS; ++j)
-                flashc_red_add2(dq + (16 * i + 8 * half) * STRIDE + 64 * j, acc[i][j][2 * half],
-                                acc[i][j][2 * half + 1]);
+            for (int j = 0; j < COL_ATOMS; ++j) {
+                float *block = dq + (16 * i + 8 * half) * STRIDE + 64 * j;
+#if FLASHC_BWD_DQ_PAIRS
+                flashc_red_add2(block, acc[i][j][2 * half], acc[i][j][2 * half + 1]);
+#else
+                atomicAdd(block, acc[i][j][2 * half]);
+                atomicAdd(block + 32, acc[i][j][2 * half + 1]);
+#endif
+            }
 }
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,
@@ -313,7 +315,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                                           FLASHC_LANE_ADDR(LD, true, true, sQ_addr, lane, 0, kv_dim0)};
                 const uint32_t a_q = FLASHC_LANE_ADDR(LP, false, false, sdS_addr, lane, q_row0, 0);
                 float *dq_rows = dq_accum + ((int64_t)head * p.ws_rows + ws_row0 + m0) * HEAD_DIM;
-                float *dq_lane = dq_rows + q_row0 * HEAD_DIM + 8 * q_dim0 + 2 * lane;
+                float *dq_lane = dq_rows + q_row0 * HEAD_DIM + 8 * q_dim0 + FLASHC_BWD_DQ_LANE * lane;
                 static_assert(Q_DIMS >= 2 * DQ_CHUNK && BLOCK_M == BLOCK_N,
                               "two dQ chunks, whose k-loops (keys) are as long as dK / dV's (query rows)");
 #pragma unroll
@@ -366,7 +368,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                     flashc_warp_gemms<T, false, true, Q_ROW_ATOMS, DQ_COL_ATOMS / 2, BLOCK_N / 16, LP, LD, 1>(
                         acc_dq, a_q, b_q);
                     flashc_bwd_add_dq<Q_ROW_ATOMS, DQ_COL_ATOMS, HEAD_DIM>(
-                        dq_rows + q_row0 * HEAD_DIM + 8 * dim0 + 2 * lane, acc_dq[0]);
+                        dq_rows + q_row0 * HEAD_DIM + 8 * dim0 + FLASHC_BWD_DQ_LANE * lane, acc_dq[0]);
                 }
             }
 

@@ -32,10 +32,9 @@ typedef struct flashc_bwd_params {
     int dq_cols;                    /* dq_accum's row: the plan's head_dim (bwd_workspace.h) */
     int dq_blocked;                 /* dq_accum's layout, as the main kernel that ran adds into it:
                                        0 rows of dq_cols floats (the Hopper kernel); 1 (the
-                                       portable kernel) each 8-row group's 8 x dq_cols floats as
-                                       dq_cols / 8 blocks of 8 x 8, row order inside a block, so a
-                                       warp's reduction of one mma atom adds 256 contiguous bytes
-                                       (bwd_kernel.cuh). Set by flashc_bwd_dispatch. */
+                                       portable kernel) each 8-row group's 8 x dq_cols floats in
+                                       8 x 8 blocks, one per mma atom (bwd_rows.cuh). Set by
+                                       flashc_bwd_dispatch. */
     int64_t dq_slice_stride;        /* floats between two slices */
     int dq_slices;
     int tile_m;                     /* the m-block of the main kernel: every kernel's row tile */

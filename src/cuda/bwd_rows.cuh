@@ -11,6 +11,46 @@
 #include "bwd_params.h"
 #include "fwd_seq.cuh"
 
+/* dq_accum's blocked layout (p.dq_blocked, where the portable kernel ran):
+ * the 8 x dq_cols floats of each 8-row group as dq_cols / 8 blocks of 64,
+ * one per 8-column octet, ordered so that one mma atom's reduction by a
+ * warp covers its block: lane l = 4 g + t holds row g, columns 2t, 2t + 1.
+ *   pairs (sm_90 code, red.v2):      (g, 2t + e) at 2 l + e
+ *   halves (sm_80 code, scalar red): (g, 2t + e) at 32 e + l
+ * each reduction instruction then adds 256 (pairs) or 128 contiguous bytes.
+ * On the H200 the halves order with scalar reductions runs within 0.5 -
+ * 1.6 % of pairs with red.v2, and the pairs order with scalar reductions
+ * 12 - 30 % slower (bench/NOTES.md, "the dQ reductions"). The portable
+ * kernels and the conversion are compiled for the same architectures,
+ * so the device runs the same choice in both. */
+#ifndef FLASHC_BWD_DQ_PAIRS /* defined by the build only to test the halves order on an sm_90 part */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FLASHC_BWD_DQ_PAIRS 1
+#else
+#define FLASHC_BWD_DQ_PAIRS 0
+#endif
+#endif
+/* floats between two lanes' first elements in a block */
+#define FLASHC_BWD_DQ_LANE (FLASHC_BWD_DQ_PAIRS ? 2 : 1)
+
+/* Offsets in one head's dq_accum of the two 4-float pieces that hold
+ * columns 8 o .. 8 o + 3 and 8 o + 4 .. 8 o + 7 of row `row` (8-row groups
+ * counted from the offset's origin); the blocked halves order interleaves
+ * them (even columns in the first, odd in the second). */
+static __device__ __forceinline__ void flashc_bwd_dq_octet(int64_t row, int octet, int dq_cols, bool blocked,
+                                                           int64_t *first, int64_t *second) {
+    if (!blocked) {
+        *first = row * dq_cols + 8 * octet, *second = *first + 4;
+        return;
+    }
+    const int64_t block = (row / 8) * 8 * dq_cols + 64 * octet;
+    const int r = (int)(row % 8);
+    if (FLASHC_BWD_DQ_PAIRS)
+        *first = block + 8 * r, *second = *first + 4;
+    else
+        *first = block + 4 * r, *second = *first + 32;
+}
+
 /* Workspace row of sequence `batch`'s first query row. */
 static __device__ __forceinline__ int64_t flashc_bwd_ws_row0(const flashc_bwd_params &p, int batch,
                                                              const flashc_fwd_seq &seq, int tile_m) {
