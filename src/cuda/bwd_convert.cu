@@ -80,11 +80,7 @@ __global__ void __launch_bounds__(FLASHC_BWD_CONVERT_THREADS) flashc_bwd_convert
                 flashc_bwd_dq_octet(row[u], octet[u], p.dq_cols, blocked, &first, &second);
                 lo[u] = flashc_sum4(acc + first, p.dq_slice_stride, p.dq_slices);
                 hi[u] = flashc_sum4(acc + second, p.dq_slice_stride, p.dq_slices);
-                if (blocked && !FLASHC_BWD_DQ_PAIRS) { /* halves: even columns, then odd */
-                    const float4 even = lo[u], odd = hi[u];
-                    lo[u] = make_float4(even.x, odd.x, even.y, odd.y);
-                    hi[u] = make_float4(even.z, odd.z, even.w, odd.w);
-                }
+                flashc_bwd_dq_in_order(blocked, lo[u], hi[u]);
             }
         }
 #pragma unroll

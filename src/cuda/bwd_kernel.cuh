@@ -60,15 +60,9 @@ static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float 
 #pragma unroll
         for (int half = 0; half < 2; ++half)
 #pragma unroll
-            for (int j = 0; j < COL_ATOMS; ++j) {
-                float *block = dq + (16 * i + 8 * half) * STRIDE + 64 * j;
-#if FLASHC_BWD_DQ_PAIRS
-                flashc_red_add2(block, acc[i][j][2 * half], acc[i][j][2 * half + 1]);
-#else
-                atomicAdd(block, acc[i][j][2 * half]);
-                atomicAdd(block + 32, acc[i][j][2 * half + 1]);
-#endif
-            }
+            for (int j = 0; j < COL_ATOMS; ++j)
+                flashc_bwd_dq_add(dq + (16 * i + 8 * half) * STRIDE + 64 * j, acc[i][j][2 * half],
+                                  acc[i][j][2 * half + 1]);
 }
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,

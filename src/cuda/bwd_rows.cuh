@@ -10,6 +10,7 @@
 #include "../core/semantics.h"
 #include "bwd_params.h"
 #include "fwd_seq.cuh"
+#include "ptx.cuh"
 
 /* dq_accum's blocked layout (p.dq_blocked, where the portable kernel ran):
  * the 8 x dq_cols floats of each 8-row group as dq_cols / 8 blocks of 64,
@@ -33,10 +34,22 @@
 /* floats between two lanes' first elements in a block */
 #define FLASHC_BWD_DQ_LANE (FLASHC_BWD_DQ_PAIRS ? 2 : 1)
 
-/* Offsets in one head's dq_accum of the two 4-float pieces that hold
- * columns 8 o .. 8 o + 3 and 8 o + 4 .. 8 o + 7 of row `row` (8-row groups
- * counted from the offset's origin); the blocked halves order interleaves
- * them (even columns in the first, odd in the second). */
+/* Adds a lane's (g, 2t) and (g, 2t + 1) of one atom into its block; at:
+ * the block + FLASHC_BWD_DQ_LANE * lane. */
+static __device__ __forceinline__ void flashc_bwd_dq_add(float *at, float a, float b) {
+#if FLASHC_BWD_DQ_PAIRS
+    flashc_red_add2(at, a, b);
+#else
+    atomicAdd(at, a);
+    atomicAdd(at + 32, b);
+#endif
+}
+
+/* Offsets in one head's dq_accum of the two 4-float pieces that hold the
+ * 8 columns of octet o of row `row` (8-row groups counted from the
+ * offsets' origin): columns 8 o .. 8 o + 3 and 8 o + 4 .. 8 o + 7, except
+ * in the blocked halves order, where they hold the even columns and the odd
+ * ones (flashc_bwd_dq_in_order puts them back). */
 static __device__ __forceinline__ void flashc_bwd_dq_octet(int64_t row, int octet, int dq_cols, bool blocked,
                                                            int64_t *first, int64_t *second) {
     if (!blocked) {
@@ -49,6 +62,15 @@ static __device__ __forceinline__ void flashc_bwd_dq_octet(int64_t row, int octe
         *first = block + 8 * r, *second = *first + 4;
     else
         *first = block + 4 * r, *second = *first + 32;
+}
+
+/* The two pieces read at flashc_bwd_dq_octet's offsets, as columns
+ * 8 o .. 8 o + 3 and 8 o + 4 .. 8 o + 7. */
+static __device__ __forceinline__ void flashc_bwd_dq_in_order(bool blocked, float4 &first, float4 &second) {
+    if (!blocked || FLASHC_BWD_DQ_PAIRS) return;
+    const float4 even = first, odd = second;
+    first = make_float4(even.x, odd.x, even.y, odd.y);
+    second = make_float4(even.z, odd.z, even.w, odd.w);
 }
 
 /* Workspace row of sequence `batch`'s first query row. */
