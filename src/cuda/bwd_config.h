@@ -14,6 +14,11 @@
  * one spill 388 bytes; at d256 4 x 2 S warps (FlashAttention-2's) gain
  * 0.3 - 0.9 % in the plain variant and make the general one spill
  * (bench/NOTES.md, "the backward's loop head").
+ * dQ warps, with the blocked dQ reductions (bwd_rows.cuh): d64 8 x 1
+ * (16 x 64, two chunks, so the first chunk's reductions drain under the
+ * second chunk's products) +1.3 to +2.1 % over FlashAttention-2's 4 x 2;
+ * d128 2 x 4 (32 x 32, one chunk) 0 to +0.9 % over 4 x 2; d256 2 x 4
+ * spills and loses 7 % (bench/NOTES.md, "the dQ warps").
  * DQ_IN_KV: the first two dQ chunks' k-loops run inside dV's and dK's
  * (each chunk's adds after its loop, the dK products after the first
  * chunk's adds), where those loops are as long as dQ's (BLOCK_M ==
@@ -47,9 +52,9 @@
 
 #define FLASHC_BWD_CONFIGS(X)                                                                                             \
     /* HEAD_DIM BLOCK_M BLOCK_N WARPS S_WARPS_M GENERAL_S_WARPS_M KV_WARPS_N Q_WARPS_M DQ_CHUNK DQ_IN_KV SWIZZLE SMALL */ \
-    X(64, 128, 128, 8, 2, 4, 4, 4, 32, 0, 1, 0)                                                                           \
+    X(64, 128, 128, 8, 2, 4, 4, 8, 32, 0, 1, 0)                                                                           \
     X(96, 64, 128, 8, 2, 2, 4, 4, 48, 0, 0, 0)                                                                            \
-    X(128, 64, 128, 8, 2, 2, 4, 4, 32, 0, 1, 0)                                                                           \
+    X(128, 64, 128, 8, 2, 2, 4, 2, 32, 0, 1, 0)                                                                           \
     X(192, 64, 64, 8, 2, 2, 2, 4, 32, 1, 0, 0)                                                                            \
     X(256, 64, 64, 8, 4, 2, 2, 4, 32, 1, 1, 0)                                                                            \
     /* SMALL: for 99 KiB per CTA (sm_86 / sm_89), where the ones above do not fit */                                      \
