@@ -1,7 +1,7 @@
 /* The CUDA backward's visibility arithmetic (src/cuda/bwd_visibility.h,
- * plain C on the host), against the rule of DESIGN.md by brute force:
- * row i of a sequence (sq queries, sk keys, shift = sk - sq) sees key j
- * iff 0 <= j < sk and, for each bound given (-1: unbounded),
+ * plain C on the host), against the reference's rule of DESIGN.md by
+ * brute force: row i of a sequence (sq queries, sk keys, shift = sk - sq)
+ * sees key j iff 0 <= j < sk and, for each bound given (-1: unbounded),
  * i + shift - left <= j <= i + shift + right. flashc_bwd_rows_seeing
  * must give exactly the rows that see a key of a block: the backward's
  * key blocks walk those rows' blocks (a row missing loses its gradient
@@ -17,25 +17,25 @@
 #include "../src/cuda/bwd_visibility.h"
 #include "test_support.h"
 
-static int sees(int64_t i, int64_t j, int64_t sq, int64_t sk, int64_t left, int64_t right) {
-    const int64_t diag = i + sk - sq;
-    if (j < 0 || j >= sk) return 0;
-    if (left >= 0 && j < diag - left) return 0;
-    if (right >= 0 && j > diag + right) return 0;
-    return 1;
-}
-
 typedef struct shape {
     int64_t sq, sk, left, right;
     int block_n;
 } shape;
+
+/* The reference's rule (reference/flashc_reference.c), not the library's. */
+static int sees(const shape *s, int64_t i, int64_t j) {
+    flashc_attention_options o = flashc_attention_options_default();
+    o.window_left = s->left;
+    o.window_right = s->right;
+    return flashc_ref_visible(&o, s->sq, s->sk, i, j);
+}
 
 /* The rows [*lo, *hi] that see a key of [n0, n1); *lo = -1 when none. */
 static void rows_seeing_keys(const shape *s, int64_t n0, int64_t n1, int64_t *lo, int64_t *hi) {
     *lo = -1, *hi = -2;
     for (int64_t i = 0; i < s->sq; ++i)
         for (int64_t j = n0; j < n1; ++j)
-            if (sees(i, j, s->sq, s->sk, s->left, s->right)) {
+            if (sees(s, i, j)) {
                 if (*lo < 0) *lo = i;
                 *hi = i;
                 break;
