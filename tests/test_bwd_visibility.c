@@ -50,10 +50,11 @@ static shape random_shape(test_rng *rng) {
     shape s;
     s.sq = test_rng_int(rng, 1, 300);
     s.sk = test_rng_int(rng, 0, 300);
+    /* 0 none, 1 causal, 2 causal with a left window, 3 a window on both
+     * sides, 4 a right window only */
     const int kind = (int)test_rng_int(rng, 0, 4);
-    s.left = kind == 0 || kind == 1 ? -1 : test_rng_int(rng, 0, 320);
+    s.left = kind == 2 || kind == 3 ? test_rng_int(rng, 0, 320) : -1;
     s.right = kind == 0 ? -1 : kind == 1 || kind == 2 ? 0 : test_rng_int(rng, 0, 320);
-    if (kind == 4) s.left = -1;
     s.block_n = blocks[test_rng_int(rng, 0, 3)];
     return s;
 }
