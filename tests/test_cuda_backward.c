@@ -8,8 +8,8 @@
  * deterministic mode bit-identical over 10 runs; dK and dV bit-identical
  * over 10 runs with dQ accumulated by atomics; CTAs that walk several key
  * blocks (deterministic, many kv heads); rows that see no key;
- * large-magnitude inputs; sequences of 16384+; errors specific to the
- * backward. Each gradient is checked against the double reference and the
+ * large-magnitude inputs; sequences of 16384+; the portable kernel's
+ * shared last wave; errors specific to the backward. Each gradient is checked against the double reference and the
  * CPU backend unless the case says otherwise.
  *
  * Where no GPU is usable (CI), every test is skipped. */
@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cuda_runtime_api.h>
 
 #include "test_cuda_support.h"
 
@@ -333,6 +335,88 @@ static void gqa_head_splits(void **state) {
     unsetenv("FLASHC_CUDA_BWD_HEAD_SPLITS");
 }
 
+/* ---- The portable kernel's shared last wave ---------------------------- */
+
+/* Bytes of workspace the backward asks for the case's arguments, under
+ * the environment as it is now (0 on error). */
+static size_t backward_workspace(const tcuda_case *c) {
+    size_t bytes = 0;
+    return flashc_attention_backward_workspace_size(&c->bwd, &bytes) == FLASHC_SUCCESS ? bytes : 0;
+}
+
+/* Without a mask, a window or varlen the portable kernel's last partial
+ * wave of tiles is shared out over every SM (src/cuda/bwd_tail.h): each
+ * tail CTA runs the end of one tile and the start of the next, and a
+ * tile's segments add their dK / dV in CTA order. Forced portable, shapes
+ * whose plan takes a tail on a 132-SM GPU (H100 / H200: checked there by
+ * the workspace, which holds the segments' slots only then): fewer tiles
+ * than SMs (each tile cut in two or three) and several waves with a
+ * partial one, GQA, the general kernel (dropout, softcap, ALiBi), d != dv,
+ * sq != sk; each against the references, and dK / dV bit-identical over
+ * runs whichever segment of a tile finishes last. */
+static void shared_last_wave(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *given = getenv("FLASHC_CUDA_BACKWARD");
+    char *restore = given ? strdup(given) : NULL;
+    setenv("FLASHC_CUDA_BACKWARD", "portable", 1);
+    int n = 0;
+    test_config c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 2, 8, 2, 128, 128, 1000, 1000);
+    c.with_dlse = 1;
+    cfgs[n++] = c; /* 32 tiles of 64 iterations */
+    c = test_config_shaped(FLASHC_DTYPE_FLOAT16, 4, 16, 16, 64, 64, 1100, 1100);
+    cfgs[n++] = c; /* 576 tiles: four waves and 48 */
+    c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 3, 6, 3, 96, 128, 333, 777);
+    c.options.dropout_p = 0.15;
+    c.options.dropout_seed = 7;
+    c.options.softcap = 5.0;
+    cfgs[n++] = c; /* the d128 configuration's general kernel, 63 tiles */
+    c = test_config_shaped(FLASHC_DTYPE_FLOAT16, 2, 4, 4, 256, 256, 1000, 600);
+    c.alibi = 2;
+    cfgs[n++] = c; /* 80 tiles of 16 iterations */
+
+    int sms = 0, failed = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 0;
+    if (sms == 132) {
+        for (int i = 0; i < n; ++i) {
+            tcuda_case tc;
+            if (tcuda_case_init(&tc, &cfgs[i], test_seed("cuda shared last wave size", (uint64_t)i), NULL) != 0) {
+                ++failed;
+                continue;
+            }
+            const size_t with_tail = backward_workspace(&tc);
+            setenv("FLASHC_CUDA_BWD_TAIL", "0", 1);
+            const size_t without = backward_workspace(&tc);
+            unsetenv("FLASHC_CUDA_BWD_TAIL");
+            tcuda_case_free(&tc);
+            printf("shared last wave case %d: workspace %zu bytes with the tail, %zu without\n", i, with_tail,
+                   without);
+            if (!(with_tail > without && without > 0)) {
+                fprintf(stderr, "FAIL shared last wave case %d: the plan took no tail (workspace %zu / %zu)\n", i,
+                        with_tail, without);
+                ++failed;
+            }
+        }
+    } else {
+        printf("shared last wave: %d SMs, not 132: whether each case takes a tail is not checked\n", sms);
+    }
+    for (int i = 0; i < (test_quick() ? 1 : n); ++i) {
+        int dq_differed;
+        if (repeat_backward(&cfgs[i], test_seed("cuda shared last wave stable", (uint64_t)i), 5, 6u,
+                            &dq_differed) != 0) {
+            fprintf(stderr, "  -> shared last wave stability case %d failed\n", i);
+            ++failed;
+        }
+    }
+    tcuda_run_cases("cuda backward shared last wave", cfgs, n, 1);
+    if (restore)
+        setenv("FLASHC_CUDA_BACKWARD", restore, 1);
+    else
+        unsetenv("FLASHC_CUDA_BACKWARD");
+    free(restore);
+    if (failed) fail_msg("cuda shared last wave: %d checks failed", failed);
+}
+
 /* ---- Rows that see no key ---------------------------------------------- */
 
 /* LSE = +inf rows: gradients exactly 0 (the reference's), never NaN; keys
@@ -544,6 +628,7 @@ int main(void) {
         cmocka_unit_test(dkdv_stable_with_atomics),
         cmocka_unit_test(deterministic_key_block_walk),
         cmocka_unit_test(gqa_head_splits),
+        cmocka_unit_test(shared_last_wave),
         cmocka_unit_test(fully_masked_rows),
         cmocka_unit_test(large_magnitudes),
         cmocka_unit_test(long_sequences),

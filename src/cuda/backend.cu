@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -192,6 +193,9 @@ static flashc_bwd_params make_bwd_params(const flashc_problem *p, const flashc_b
     k.dk_part = plan->head_splits > 1 ? (float *)(ws + L->dk_part_offset) : nullptr;
     k.dv_part = plan->head_splits > 1 ? (float *)(ws + L->dv_part_offset) : nullptr;
     k.part_rows = L->part_rows;
+    k.tail = plan->tail;
+    k.tail_slots = plan->tail.ctas ? (float *)(ws + L->tail_slots_offset) : nullptr;
+    k.tail_counts = plan->tail.ctas ? (int *)(ws + L->tail_counts_offset) : nullptr;
     return k;
 }
 
@@ -228,7 +232,8 @@ int flashc_cuda_device_smem_optin(int dev) {
 
 /* The plan of the kernel that will run (bwd_workspace.h). The environment
  * variable FLASHC_CUDA_BWD_HEAD_SPLITS, a divisor of the GQA group, fixes
- * the head splits (for benchmarks of the choice, and tests). */
+ * the head splits, and FLASHC_CUDA_BWD_TAIL=0 turns the shared last wave
+ * off (for benchmarks of the choices, and tests). */
 static flashc_bwd_plan backward_plan(const flashc_problem *p) {
     const bool hopper = flashc_hopper_bwd_applies(p);
     flashc_bwd_plan plan = flashc_bwd_plan_of(p, hopper, flashc_cuda_device_sms(p->device_index),
@@ -239,6 +244,8 @@ static flashc_bwd_plan backward_plan(const flashc_problem *p) {
         const long s = strtol(forced, nullptr, 10);
         if (s >= 1 && s <= group && group % s == 0) plan.head_splits = (int)s;
     }
+    const char *tail = getenv("FLASHC_CUDA_BWD_TAIL");
+    if ((tail && strcmp(tail, "0") == 0) || plan.head_splits != 1) plan.tail = flashc_bwd_tail_plan(0, 0, 0);
     return plan;
 }
 

@@ -22,7 +22,12 @@
  * dropout is on (or the scale is negative); the plain variant leaves them
  * out. dQ: atomics into slice 0, or
  * (deterministic) this CTA's own slice, which only it writes, in program
- * order. */
+ * order.
+ *
+ * TAIL: the kernel of the shared last wave (bwd_tail.h), launched after
+ * the main grid's full waves: each CTA runs one or two segments (a range
+ * of a tile's iterations), and a tile's segments add their dK / dV in CTA
+ * order before the epilogue. */
 #ifndef FLASHC_CUDA_BWD_KERNEL_CUH
 #define FLASHC_CUDA_BWD_KERNEL_CUH
 
@@ -36,6 +41,7 @@
 #include "bwd_params.h"
 #include "bwd_rows.cuh"
 #include "bwd_scores.cuh"
+#include "bwd_tail.h"
 #include "bwd_visibility.h"
 #include "fwd_mask.cuh"
 #include "fwd_seq.cuh"
@@ -65,8 +71,73 @@ static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float 
                                   acc[i][j][2 * half + 1]);
 }
 
+/* A tail segment's end (bwd_tail.h): true when this CTA finishes the
+ * tile, with acc (dV, dK fragments) then holding the sum of every
+ * segment's, added in CTA order (the same sum whichever segment finished
+ * last); false when another segment will, this one's accumulators left in
+ * its slot. A slot is the fragments in thread order: float4 k of thread x
+ * at k * THREADS + x, so both the stores and the loads are coalesced. */
+template <int THREADS, int ROW_ATOMS, int COL_ATOMS>
+static __device__ __forceinline__ bool flashc_bwd_tail_gather(const flashc_bwd_params &p, int tile,
+                                                           float (&acc)[2][ROW_ATOMS][COL_ATOMS][4]) {
+    constexpr int SLOT_FLOAT4 = 2 * ROW_ATOMS * COL_ATOMS * THREADS;
+    const flashc_bwd_tail_ctas ctas = flashc_bwd_tail_ctas_of(p.tail, tile);
+    const int others = ctas.last - ctas.first; /* the segments to wait for */
+    if (others == 0) return true; /* the whole tile ran here */
+    int *count = p.tail_counts + tile;
+    /* every other segment already counted: this one is the last, and
+     * needs no slot (the usual case of a tile's first segment) */
+    int last = 0;
+    if (threadIdx.x == 0) last = flashc_ld_acquire_gpu(count) == others;
+    if (!__syncthreads_or(last)) {
+        float4 *mine = reinterpret_cast<float4 *>(p.tail_slots) +
+                       (int64_t)flashc_bwd_tail_slot(blockIdx.x, tile) * SLOT_FLOAT4 + threadIdx.x;
+#pragma unroll
+        for (int w = 0; w < 2; ++w)
+#pragma unroll
+            for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+                for (int j = 0; j < COL_ATOMS; ++j)
+                    __stcg(mine + ((w * ROW_ATOMS + i) * COL_ATOMS + j) * THREADS,
+                           make_float4(acc[w][i][j][0], acc[w][i][j][1], acc[w][i][j][2], acc[w][i][j][3]));
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(count, 1) == others;
+        if (!__syncthreads_or(last)) return false;
+    }
+    __threadfence();
+    /* acc = sum over the tile's CTAs in order, this one's from registers */
+    const int me = blockIdx.x;
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+#pragma unroll
+        for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+            for (int j = 0; j < COL_ATOMS; ++j) {
+                const int k = (w * ROW_ATOMS + i) * COL_ATOMS + j;
+                float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 1
+                for (int q = ctas.first; q <= ctas.last; ++q) {
+                    const float4 x =
+                        q == me ? make_float4(acc[w][i][j][0], acc[w][i][j][1], acc[w][i][j][2], acc[w][i][j][3])
+                                : __ldcg(reinterpret_cast<const float4 *>(p.tail_slots) +
+                                         (int64_t)flashc_bwd_tail_slot(q, tile) * SLOT_FLOAT4 + k * THREADS +
+                                         threadIdx.x);
+                    sum.x += x.x;
+                    sum.y += x.y;
+                    sum.z += x.z;
+                    sum.w += x.w;
+                }
+                acc[w][i][j][0] = sum.x;
+                acc[w][i][j][1] = sum.y;
+                acc[w][i][j][2] = sum.z;
+                acc[w][i][j][3] = sum.w;
+            }
+    return true;
+}
+
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int S_WARPS_M, int KV_WARPS_N,
-          int Q_WARPS_M, int DQ_CHUNK, bool DQ_IN_KV, bool SWIZZLE, bool GENERAL>
+          int Q_WARPS_M, int DQ_CHUNK, bool DQ_IN_KV, bool SWIZZLE, bool GENERAL, bool TAIL>
 __global__ void __launch_bounds__(WARPS * 32, 1)
     flashc_bwd_kernel(const flashc_bwd_params p, const flashc_tile_schedule sched, int stages) {
     constexpr int THREADS = WARPS * 32;
@@ -121,12 +192,27 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     T *sQ0 = sdS + BLOCK_M * SP; /* stage s: sQ0 + s * 2 * BLOCK_M * SD, dO right after its Q */
     float *sRows0 = reinterpret_cast<float *>(sQ0 + stages * 2 * BLOCK_M * SD); /* stage s: LSE2, D */
 
+#if __CUDA_ARCH__ >= 900
+    /* the tail grid (a programmatic dependent launch) may be scheduled
+     * once every CTA of this one has started */
+    if constexpr (!TAIL) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+    /* TAIL: this CTA's segments, first the end of one tile, then the start
+     * of the next */
+    const int segments = TAIL ? flashc_bwd_tail_segments(p.tail, blockIdx.x) : 1;
+    for (int segment = 0; segment < segments; ++segment) {
     /* the tile (tile_schedule.h): rank 0 is the first chunk, whose keys
      * the most queries see under a causal mask; a pair is a (batch, kv
      * head, head split), the split walking its share of the group's query
      * heads */
     int chunk, pair;
-    flashc_schedule_tile(sched, blockIdx.x, &chunk, &pair);
+    flashc_bwd_tail_segment tail_seg = {0, 0, 0};
+    if constexpr (TAIL) {
+        tail_seg = flashc_bwd_tail_segment_of(p.tail, blockIdx.x, segment);
+        flashc_schedule_tile(sched, (int)(p.tail.first + tail_seg.tile), &chunk, &pair);
+    } else {
+        flashc_schedule_tile(sched, blockIdx.x, &chunk, &pair);
+    }
     const int head_k = pair / p.head_splits % p.fwd.nheads_k, batch = pair / p.head_splits / p.fwd.nheads_k;
     const flashc_bwd_heads heads = flashc_bwd_heads_of(p, head_k, pair % p.head_splits);
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
@@ -154,6 +240,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         const int m_first = first_row / BLOCK_M;
         const int m_count = last_row >= first_row ? last_row / BLOCK_M - m_first + 1 : 0;
         const int iters = heads.count * m_count;
+        /* TAIL: the segment's iterations (every tail tile has the plan's
+         * count, so the clamps only guard) */
+        const int it_begin = TAIL ? min(tail_seg.lo, iters) : 0;
+        const int it_end = TAIL ? min(tail_seg.hi, iters) : iters;
 
         float acc_dvdk[2][KV_ROW_ATOMS][KV_COL_ATOMS][4];
         float (&acc_dv)[KV_ROW_ATOMS][KV_COL_ATOMS][4] = acc_dvdk[0];
@@ -194,21 +284,30 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
             flashc_cp_async_commit();
         };
 
+        /* iteration it: query head heads.first + it / m_count, row block
+         * m_first + it % m_count, stepped rather than divided */
+        int head = heads.first, m_block = m_first;
+        if constexpr (TAIL) {
+            if (it_begin > 0) {
+                head += it_begin / m_count;
+                m_block += it_begin % m_count;
+            }
+        }
+
         __syncthreads(); /* the previous key block's reads of sK / sV are done */
-        if (iters > 0) {
+        if (it_end > it_begin) {
             flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS, LD>(sK, k_seq + n0 * p.fwd.k_row_stride,
                                                                  p.fwd.k_row_stride, keys, p.fwd.head_dim);
             flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS, LD>(sV, v_seq + n0 * p.fwd.v_row_stride,
                                                                  p.fwd.v_row_stride, keys, p.fwd.head_dim_v);
-            load_iteration(heads.first, m_first * BLOCK_M, 0); /* commits K, V and iteration 0 as one group */
+            /* commits K, V and the first iteration as one group (iteration it
+             * goes to stage it & 1) */
+            load_iteration(head, m_block * BLOCK_M, stages == 2 ? (it_begin & 1) : 0);
         }
 
         const uint32_t sK_addr = flashc_smem_addr(sK), sV_addr = flashc_smem_addr(sV);
         const uint32_t sP_addr = flashc_smem_addr(sP), sdS_addr = flashc_smem_addr(sdS);
-        /* iteration it: query head heads.first + it / m_count, row block
-         * m_first + it % m_count, stepped rather than divided */
-        int head = heads.first, m_block = m_first;
-        for (int it = 0; it < iters; ++it) {
+        for (int it = it_begin; it < it_end; ++it) {
             const int stage = stages == 2 ? (it & 1) : 0;
             const int m0 = m_block * BLOCK_M;
             int next_head = head, next_m_block = m_block + 1;
@@ -223,7 +322,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 
             flashc_cp_async_wait<0>();
             __syncthreads(); /* (A) */
-            if (stages == 2 && it + 1 < iters) load_iteration(next_head, next_m_block * BLOCK_M, stage ^ 1);
+            if (stages == 2 && it + 1 < it_end) load_iteration(next_head, next_m_block * BLOCK_M, stage ^ 1);
 
             /* S = Q K^T, dP = dO V^T */
             float acc_sdp[2][S_ROW_ATOMS][S_COL_ATOMS][4];
@@ -366,7 +465,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                 }
             }
 
-            if (stages == 1 && it + 1 < iters) {
+            if (stages == 1 && it + 1 < it_end) {
                 __syncthreads(); /* every warp is done with the one stage */
                 load_iteration(next_head, next_m_block * BLOCK_M, 0);
             }
@@ -394,6 +493,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                     }
                 }
         };
+        if constexpr (TAIL) {
+            if (!flashc_bwd_tail_gather<THREADS>(p, tail_seg.tile, acc_dvdk)) continue;
+        }
         if (p.head_splits > 1) {
             const flashc_bwd_parts parts = flashc_bwd_parts_of(p, batch, seq, n0, heads.split, head_k);
             each_key_grad(
@@ -418,7 +520,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                 *reinterpret_cast<uint32_t *>(dv + key * p.dv_row_stride + col) = flashc_pack2<T>(a, b);
             });
     }
+    } /* segment */
     flashc_cp_async_wait<0>();
+#if __CUDA_ARCH__ >= 900
+    /* the tail grid ends after the main one (the kernels after it in the
+     * stream wait for this grid only) */
+    if constexpr (TAIL) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 #endif

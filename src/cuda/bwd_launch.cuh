@@ -4,7 +4,10 @@
  * chunk of a (sequence, kv head, head split) pair, in the order of
  * tile_schedule.h: a pair's CTAs run together and share its Q and dO in
  * L2, and under a mask the longest chunks of an L2 section start first.
- * Each bwd_hdim*.cu instantiates one configuration. */
+ * With a tail (bwd_tail.h) the grid stops after its last full wave and the
+ * tail grid shares out the last tiles: on sm_90+ a programmatic dependent
+ * launch, so its CTAs take the SMs as the main grid's last CTAs leave
+ * them. Each bwd_hdim*.cu instantiates one configuration. */
 #ifndef FLASHC_CUDA_BWD_LAUNCH_CUH
 #define FLASHC_CUDA_BWD_LAUNCH_CUH
 
@@ -15,12 +18,49 @@
 #include "bwd_launch.h"
 #include "smem_optin.cuh"
 
+template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL, bool TAIL>
+static constexpr auto flashc_bwd_kernel_of() {
+    typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
+    return flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS,
+                             GENERAL ? C::GENERAL_S_WARPS_M : C::S_WARPS_M, C::KV_WARPS_N, C::Q_WARPS_M, C::DQ_CHUNK,
+                             C::DQ_IN_KV, C::SWIZZLE, GENERAL, TAIL>;
+}
+
+/* The tail grid: p.tail.ctas CTAs after the main grid. */
+template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL>
+static cudaError_t flashc_bwd_launch_tail(const flashc_bwd_params &p, const flashc_tile_schedule &sched, int stages,
+                                          int smem, int device, cudaStream_t stream) {
+    typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
+    auto kernel = flashc_bwd_kernel_of<T, HEAD_DIM, SMALL, GENERAL, true>();
+    /* slots as the workspace laid them out (plan.block_n x plan.head_dim) */
+    if (p.tail.first + p.tail.tiles != sched.tiles || !p.tail_slots || !p.tail_counts)
+        return cudaErrorInvalidValue;
+    cudaError_t err;
+    if (smem > 48 * 1024) {
+        static unsigned long long smem_raised;
+        err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
+        if (err != cudaSuccess) return err;
+    }
+    int major = 0;
+    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err != cudaSuccess) return err;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)p.tail.ctas);
+    config.blockDim = dim3(C::WARPS * 32);
+    config.dynamicSmemBytes = (size_t)smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = major >= 9 && p.tail.first > 0 ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, p, sched, stages);
+}
+
 template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL>
 static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t stream) {
     typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
-    auto kernel = flashc_bwd_kernel<T, HEAD_DIM, C::BLOCK_M, C::BLOCK_N, C::WARPS,
-                                    GENERAL ? C::GENERAL_S_WARPS_M : C::S_WARPS_M, C::KV_WARPS_N, C::Q_WARPS_M,
-                                    C::DQ_CHUNK, C::DQ_IN_KV, C::SWIZZLE, GENERAL>;
+    auto kernel = flashc_bwd_kernel_of<T, HEAD_DIM, SMALL, GENERAL, false>();
     /* the workspace was laid out in the plan's tiles, which this
      * configuration's blocks must divide; anything else would read and
      * write wrong rows */
@@ -45,8 +85,14 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
         err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
         if (err != cudaSuccess) return err;
     }
-    kernel<<<sched.tiles, C::WARPS * 32, smem, stream>>>(p, sched, stages);
-    return cudaGetLastError();
+    const long long main_tiles = p.tail.ctas ? p.tail.first : sched.tiles;
+    if (main_tiles > 0) {
+        kernel<<<(unsigned)main_tiles, C::WARPS * 32, smem, stream>>>(p, sched, stages);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+    }
+    if (p.tail.ctas) return flashc_bwd_launch_tail<T, HEAD_DIM, SMALL, GENERAL>(p, sched, stages, smem, device, stream);
+    return cudaSuccess;
 }
 
 template <typename T, int HEAD_DIM, bool SMALL>

@@ -3,12 +3,12 @@
  * of a tile past the sequence get LSE2 = +inf and D = 0: the main kernel
  * loads whole tiles, and those values make such rows contribute nothing),
  * and zeros over the same tiles of every dQ slice (and of the counts of
- * ordered additions). One CTA of 8 warps per (32- or 64-row chunk of a
- * tile, head, sequence); a row's 16-byte chunks spread over a group of 8,
- * 16 or 32 lanes, so every lane of a warp loads (2 rows at once at head
- * dim 128, 4 at 64), and the rows' LSE and dLSE are loaded with their O
- * and dO, not after the sums: a CTA waits for one round trip to memory,
- * not two. */
+ * ordered additions, and of the shared last wave's segments done). One
+ * CTA of 8 warps per (32- or 64-row chunk of a tile, head, sequence); a
+ * row's 16-byte chunks spread over a group of 8, 16 or 32 lanes, so every
+ * lane of a warp loads (2 rows at once at head dim 128, 4 at 64), and the
+ * rows' LSE and dLSE are loaded with their O and dO, not after the sums: a
+ * CTA waits for one round trip to memory, not two. */
 #include <math.h>
 
 #include "bwd_launch.h"
@@ -47,6 +47,9 @@ __global__ void __launch_bounds__(FLASHC_BWD_PRE_THREADS) flashc_bwd_preprocess_
     const int head = (int)(blockIdx.x / m_chunks % p.fwd.nheads);
     const int batch = (int)(blockIdx.x / m_chunks / p.fwd.nheads);
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
+    /* the counts of the shared last wave's segments (bwd_tail.h) */
+    if (p.tail_counts && blockIdx.x == 0)
+        for (int i = threadIdx.x; i < p.tail.tiles; i += FLASHC_BWD_PRE_THREADS) p.tail_counts[i] = 0;
     const int m0 = m_chunk / chunks * tile_m;
     if (m0 >= seq.sq) return; /* past the sequence: another sequence's rows */
     const int r0 = m_chunk % chunks * ROWS; /* first row of this chunk in the tile */

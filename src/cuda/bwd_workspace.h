@@ -12,6 +12,9 @@
  *                                                           have added into its dQ rows
  *   dk_part   [head_splits][key rows][hk][d]       float32  with head splits > 1 only:
  *   dv_part   [head_splits][key rows][hk][dv]      float32  each split's dK (unscaled) and dV
+ *   tail_slots  [tail ctas + tail tiles][2 BLOCK_N D] float32  with a tail (bwd_tail.h) only:
+ *   tail_counts [tail tiles]                         int32    segments' dV / dK, and the count of
+ *                                                             each tile's segments done
  *
  * ws_rows = flashc_padded_rows(total_q, batch, tile_m): sequence b's rows
  * start at flashc_padded_row_offset(first row of b, b, tile_m) (batched
@@ -32,6 +35,7 @@
 #include "../core/problem.h"
 #include "../core/semantics.h"
 #include "bwd_config.h"
+#include "bwd_tail.h"
 #include "hopper_bwd_config.h"
 #include "bwd_visibility.h"
 #include "tile_schedule.h"
@@ -64,6 +68,7 @@ typedef struct flashc_bwd_plan {
     int dq_order_rows;  /* deterministic on the Hopper path: query rows per dq_order entry (its
                            BLOCK_M); else 0 */
     int head_splits;    /* Hopper path: CTAs sharing one (key block, kv head)'s query heads */
+    flashc_bwd_tail tail; /* portable path: the last partial wave shared out (ctas 0: none) */
 } flashc_bwd_plan;
 
 typedef struct flashc_bwd_layout {
@@ -71,7 +76,8 @@ typedef struct flashc_bwd_layout {
     int64_t dq_slice_stride; /* floats */
     int64_t dq_order_entries;
     int64_t part_rows; /* key rows of the dK / dV partials */
-    size_t lse2_offset, dsum_offset, dq_offset, dq_order_offset, dk_part_offset, dv_part_offset, bytes;
+    size_t lse2_offset, dsum_offset, dq_offset, dq_order_offset, dk_part_offset, dv_part_offset;
+    size_t tail_slots_offset, tail_counts_offset, bytes;
 } flashc_bwd_layout;
 
 static inline size_t flashc_bwd_align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -247,7 +253,7 @@ static inline int flashc_bwd_portable_head_splits(const flashc_problem *p, const
 /* hopper: the Hopper kernel will run the problem (flashc_hopper_bwd_applies);
  * sms: the device's multiprocessors. */
 static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool hopper, int sms, int smem_optin) {
-    flashc_bwd_plan plan = {0, 0, 0, 0, 0, 0, 1, 1, 0, 1};
+    flashc_bwd_plan plan = {0, 0, 0, 0, 0, 0, 1, 1, 0, 1, {0, 0, 0, 0}};
     const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     /* the smallest head dim that holds d and dv; its SMALL configuration
      * where one stage of the other does not fit the device (16-bit types) */
@@ -288,6 +294,15 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
         plan.head_splits = flashc_bwd_head_splits(p, hopper_key_blocks, sms);
     else if (!p->deterministic)
         plan.head_splits = flashc_bwd_portable_head_splits(p, &plan, sms);
+    /* tiles of one cost each (no mask, window or varlen; one CTA per key
+     * block, each walking the whole group): the last partial wave shared
+     * out (bwd_tail.h) */
+    if (!hopper && !p->deterministic && plan.head_splits == 1 && !p->is_varlen && p->window_left < 0 &&
+        p->window_right < 0) {
+        const int64_t m_blocks = (p->seqlen_q + plan.block_m - 1) / plan.block_m;
+        plan.tail = flashc_bwd_tail_plan(plan.key_blocks * p->batch * p->nheads_k,
+                                         p->nheads / p->nheads_k * m_blocks, sms);
+    }
     /* the grid holds nchunks * batch * nheads_k (* head_splits) CTAs, checked at launch */
     plan.nchunks = chunks > 0x7fffffff ? 0x7fffffff : (int)chunks;
     return plan;
@@ -308,7 +323,12 @@ static inline flashc_bwd_layout flashc_bwd_layout_of(const flashc_problem *p, co
     const size_t parts = plan->head_splits > 1 ? (size_t)plan->head_splits * (size_t)L.part_rows * (size_t)p->nheads_k : 0;
     L.dk_part_offset = L.dq_order_offset + flashc_bwd_align256((size_t)L.dq_order_entries * sizeof(int32_t));
     L.dv_part_offset = L.dk_part_offset + flashc_bwd_align256(parts * (size_t)p->head_dim * sizeof(float));
-    L.bytes = L.dv_part_offset + flashc_bwd_align256(parts * (size_t)p->head_dim_v * sizeof(float));
+    L.tail_slots_offset = L.dv_part_offset + flashc_bwd_align256(parts * (size_t)p->head_dim_v * sizeof(float));
+    const size_t tail_slots = plan->tail.ctas ? (size_t)plan->tail.ctas + (size_t)plan->tail.tiles : 0;
+    L.tail_counts_offset = L.tail_slots_offset + flashc_bwd_align256(tail_slots * 2 * (size_t)plan->block_n *
+                                                                     (size_t)plan->head_dim * sizeof(float));
+    L.bytes = L.tail_counts_offset +
+              flashc_bwd_align256((plan->tail.ctas ? (size_t)plan->tail.tiles : 0) * sizeof(int32_t));
     return L;
 }
 

@@ -122,6 +122,15 @@ static __device__ __forceinline__ void flashc_red_add2(float *addr, float a, flo
 #endif
 }
 
+/* *addr, read with acquire semantics at GPU scope: what the writer of
+ * the value (a release, or a fence before its store) wrote before it is
+ * visible after this read. */
+static __device__ __forceinline__ int flashc_ld_acquire_gpu(const int *addr) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
+    return v;
+}
+
 /* 2^x, approximate (2 ulp), -inf -> +0: the softmax exponential. */
 static __device__ __forceinline__ float flashc_exp2(float x) {
     float y;
