@@ -282,8 +282,11 @@ step_sanitize() {
             "$B/flashc" run --batch 2 --heads 4 $problem --quiet
     done
     # the portable backward (sm_80 - sm_89; forced here): each head dim's
-    # configuration, plain and general variants, and a SMALL one (99 KiB)
+    # configuration, plain and general variants, a shared last wave (d128
+    # at 700: 48 tiles over 132 tail CTAs on an H100 / H200), and a SMALL
+    # one (99 KiB)
     for problem in "--hdim 64 --seqlen 200 --causal" "--hdim 128 --seqlen 300 --kv-heads 2 --no-causal" \
+                   "--hdim 128 --seqlen 700 --no-causal" \
                    "--hdim 256 --seqlen 130 --causal" "--hdim 64 --seqlen 150 --softcap 5 --no-causal" \
                    "--hdim 96 --seqlen 100 --dropout 0.1 --alibi h --causal" \
                    "--hdim 192 --hdim-v 128 --seqlen 150 --deterministic --no-causal"; do
@@ -295,6 +298,8 @@ step_sanitize() {
         "racecheck flashc run with portable backward, 99 KiB (--hdim 64 --seqlen 200 --causal)" 90 \
         --tool racecheck --racecheck-report analysis "$B/flashc" run --batch 2 --heads 4 --hdim 64 --seqlen 200 \
         --causal --quiet
+    FLASHC_CUDA_BACKWARD=portable run_sanitizer "memcheck flashc run with portable backward (shared last wave)" 60 \
+        --tool memcheck "$B/flashc" run --batch 2 --heads 4 --seqlen 700 --hdim 128 --no-causal --quiet
     FLASHC_CUDA_BACKWARD=portable run_sanitizer "memcheck flashc run with portable backward (varlen, GQA, window)" 60 \
         --tool memcheck "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen --no-causal \
         --window 60,10 --quiet

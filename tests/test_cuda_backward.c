@@ -349,11 +349,12 @@ static size_t backward_workspace(const tcuda_case *c) {
  * tail CTA runs the end of one tile and the start of the next, and a
  * tile's segments add their dK / dV in CTA order. Forced portable, shapes
  * whose plan takes a tail on a 132-SM GPU (H100 / H200: checked there by
- * the workspace, which holds the segments' slots only then): fewer tiles
- * than SMs (each tile cut in two or three) and several waves with a
- * partial one, GQA, the general kernel (dropout, softcap, ALiBi), d != dv,
- * sq != sk; each against the references, and dK / dV bit-identical over
- * runs whichever segment of a tile finishes last. */
+ * the workspace, which holds the segments' slots only then; GQA with
+ * fewer than two tiles per SM splits the group over CTAs instead):
+ * fewer tiles than SMs (each tile cut in two or three) and several waves
+ * with a partial one, GQA, the general kernel (dropout, softcap, ALiBi),
+ * d != dv, sq != sk; each against the references, and dK / dV
+ * bit-identical over runs whichever segment of a tile finishes last. */
 static void shared_last_wave(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -361,16 +362,18 @@ static void shared_last_wave(void **state) {
     char *restore = given ? strdup(given) : NULL;
     setenv("FLASHC_CUDA_BACKWARD", "portable", 1);
     int n = 0;
-    test_config c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 2, 8, 2, 128, 128, 1000, 1000);
+    /* GQA (enough tiles for the plan not to split the group instead):
+     * 288 tiles, two waves and 24 tiles of 10 iterations over 60 CTAs */
+    test_config c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 8, 6, 3, 64, 64, 600, 1500);
     c.with_dlse = 1;
-    cfgs[n++] = c; /* 32 tiles of 64 iterations */
+    cfgs[n++] = c;
     c = test_config_shaped(FLASHC_DTYPE_FLOAT16, 4, 16, 16, 64, 64, 1100, 1100);
     cfgs[n++] = c; /* 576 tiles: four waves and 48 */
-    c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 3, 6, 3, 96, 128, 333, 777);
+    c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 1, 6, 6, 96, 128, 1000, 777);
     c.options.dropout_p = 0.15;
     c.options.dropout_seed = 7;
     c.options.softcap = 5.0;
-    cfgs[n++] = c; /* the d128 configuration's general kernel, 63 tiles */
+    cfgs[n++] = c; /* the d128 configuration's general kernel: 42 tiles, no full wave */
     c = test_config_shaped(FLASHC_DTYPE_FLOAT16, 2, 4, 4, 256, 256, 1000, 600);
     c.alibi = 2;
     cfgs[n++] = c; /* 80 tiles of 16 iterations */
