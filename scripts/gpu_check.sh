@@ -147,10 +147,12 @@ step_ctest() {
           ./test_cuda_kvcache > "$SCRATCH/cuda_kvc_wide.log" 2>&1 ) &
     local kvw_pid=$!
     # the portable kernels with the shared memory of an sm_86 / sm_89 part
-    # (99 KiB per CTA): the configurations chosen for it, every head dim
+    # (99 KiB per CTA): the configurations chosen for it, every head dim, and
+    # their shared last waves (the SMALL tiles: every case takes one there too)
     ( cd "$B/tests" && export FLASHC_CUDA_SMEM_LIMIT=101376 FLASHC_CUDA_FORWARD=portable \
           FLASHC_CUDA_BACKWARD=portable FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1 &&
       FLASHC_TEST_QUICK=0 FLASHC_TEST_FILTER=every_configuration timeout "$(budget 300)" ./test_cuda_backward &&
+      FLASHC_TEST_FILTER=shared_last_wave timeout "$(budget 300)" ./test_cuda_backward &&
       timeout "$(budget 300)" ./test_cuda_kvcache && FLASHC_TEST_FILTER=features_alone timeout "$(budget 300)" \
           ./test_cuda_forward ) > "$SCRATCH/cuda_99k.log" 2>&1 &
     local small_pid=$!
