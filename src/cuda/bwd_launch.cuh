@@ -32,9 +32,6 @@ static cudaError_t flashc_bwd_launch_tail(const flashc_bwd_params &p, const flas
                                           int smem, int device, cudaStream_t stream) {
     typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
     auto kernel = flashc_bwd_kernel_of<T, HEAD_DIM, SMALL, GENERAL, true>();
-    /* slots as the workspace laid them out (plan.block_n x plan.head_dim) */
-    if (p.tail.first + p.tail.tiles != sched.tiles || !p.tail_slots || !p.tail_counts)
-        return cudaErrorInvalidValue;
     cudaError_t err;
     if (smem > 48 * 1024) {
         static unsigned long long smem_raised;
@@ -68,6 +65,10 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     flashc_tile_schedule sched;
     if (!flashc_bwd_schedule(p, &sched)) return cudaErrorInvalidConfiguration;
     if (sched.tiles == 0) return cudaSuccess;
+    /* a tail: the schedule's last tiles, with the workspace's slots (laid
+     * out in the plan's block_n x head_dim, this configuration's) */
+    if (p.tail.ctas && (p.tail.first + p.tail.tiles != sched.tiles || !p.tail_slots || !p.tail_counts))
+        return cudaErrorInvalidValue;
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
