@@ -36,10 +36,10 @@ typedef struct flashc_bwd_tail {
 /* A tail CTA's share of the tail tiles' iterations is at least this many
  * (each segment pays a start of about two iterations). */
 #define FLASHC_BWD_TAIL_MIN_SHARE 4
-/* The cost model, in iterations: a tile's start (K, V and the first Q /
- * dO loads) as in the plan's simulation, and a segment's slot written and
- * read back. */
-#define FLASHC_BWD_TAIL_START 2
+/* Costs in iterations: a tile's start (K, V and the first Q / dO loads;
+ * also the plan's simulation of the tiles, bwd_workspace.h), and a tail
+ * segment's slot written and read back. */
+#define FLASHC_BWD_TILE_START 2
 #define FLASHC_BWD_TAIL_SLOT 2
 
 /* The tail of `tiles` tiles of `iters` iterations each on `slots` CTA
@@ -60,7 +60,7 @@ FLASHC_HD flashc_bwd_tail flashc_bwd_tail_plan(long long tiles, long long iters,
     if (total / ctas < FLASHC_BWD_TAIL_MIN_SHARE) ctas = total / FLASHC_BWD_TAIL_MIN_SHARE;
     if (ctas <= r) return t; /* no tile would be shared */
     const long long share = (total + ctas - 1) / ctas;
-    if (share + 2 * FLASHC_BWD_TAIL_START + FLASHC_BWD_TAIL_SLOT >= iters + FLASHC_BWD_TAIL_START) return t;
+    if (share + 2 * FLASHC_BWD_TILE_START + FLASHC_BWD_TAIL_SLOT >= iters + FLASHC_BWD_TILE_START) return t;
     t.first = tiles - r;
     t.tiles = (int)r;
     t.iters = (int)iters;

@@ -146,10 +146,9 @@ static inline int flashc_bwd_head_splits(const flashc_problem *p, int64_t key_bl
  * (tile_schedule.h) on whichever SM frees first, one CTA per SM (8 warps at
  * up to 255 registers), each costing its iterations (query heads x row
  * blocks that see its keys, bwd_visibility.h) plus
- * FLASHC_BWD_TILE_OVERHEAD of them. Returns when the last one ends, in
+ * FLASHC_BWD_TILE_START of them. Returns when the last one ends, in
  * iterations; 0 where the simulation would take too long
  * (FLASHC_BWD_SIM_TILES) or the device has more SMs than it holds. */
-#define FLASHC_BWD_TILE_OVERHEAD 2.0
 #define FLASHC_BWD_SIM_TILES 8192
 #define FLASHC_BWD_SIM_SMS 512
 static inline double flashc_bwd_simulated_end(const flashc_problem *p, const flashc_bwd_plan *plan, int64_t splits,
@@ -170,7 +169,7 @@ static inline double flashc_bwd_simulated_end(const flashc_problem *p, const fla
             flashc_bwd_rows_seeing(n0, n1, p->seqlen_q, p->seqlen_k, p->window_left, p->window_right, &first_row,
                                    &last_row);
             const int64_t blocks = last_row >= first_row ? last_row / plan->block_m - first_row / plan->block_m + 1 : 0;
-            const double cost = (double)(group / splits * blocks) + FLASHC_BWD_TILE_OVERHEAD;
+            const double cost = (double)(group / splits * blocks) + FLASHC_BWD_TILE_START;
             for (int64_t k = 0; k < width; ++k) {
                 /* the tile starts on the SM that frees first: the heap's top */
                 double t = ends[0] + cost;
