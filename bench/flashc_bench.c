@@ -251,6 +251,14 @@ static int parse_options(int argc, char **argv, bench_options *o) {
     return 0;
 }
 
+/* The forward's scratch (flashc_attention_forward_allocating), kept for
+ * every call of the run. */
+static flashc_tool_scratch forward_scratch;
+
+static flashc_status forward(const flashc_forward_args *fa) {
+    return flashc_attention_forward_allocating(fa, flashc_tool_scratch_allocate, &forward_scratch);
+}
+
 static void print_status_error(const char *what, flashc_status st) {
     fprintf(stderr, "flashc_bench: %s failed: %s: %s\n", what, flashc_status_string(st),
             flashc_last_error_message());
@@ -262,7 +270,7 @@ static double time_call(int backward, const flashc_forward_args *fa, const flash
     double times[1000];
     for (int i = 0; i < warmup + repeat; ++i) {
         double t = flashc_tool_now();
-        flashc_status st = backward ? flashc_attention_backward(ba) : flashc_attention_forward(fa);
+        flashc_status st = backward ? flashc_attention_backward(ba) : forward(fa);
         t = flashc_tool_now() - t;
         if (st != FLASHC_SUCCESS) {
             print_status_error(backward ? "backward" : "forward", st);
@@ -418,7 +426,7 @@ static int upload_random(void *dev, size_t bytes, const value_pool *p, flashc_to
 static int gpu_call(void *ctx, int i) {
     gpu_run *r = ctx;
     gpu_set *s = &r->sets[i % r->nsets];
-    r->status = r->backward ? flashc_attention_backward(&s->ba) : flashc_attention_forward(&s->fa);
+    r->status = r->backward ? flashc_attention_backward(&s->ba) : forward(&s->fa);
     if (r->status == FLASHC_SUCCESS) return 0;
     if (!(r->backward && r->status == FLASHC_ERROR_UNSUPPORTED))
         print_status_error(r->backward ? "backward" : "forward", r->status);
@@ -527,7 +535,7 @@ static int bench_one_cuda(const bench_options *o, int64_t d, int64_t s, flashc_d
             /* each set's out and lse from its own forward, as the
              * backward expects them */
             for (int k = 0; k < nsets; ++k) {
-                flashc_status fst = flashc_attention_forward(&sets[k].fa);
+                flashc_status fst = forward(&sets[k].fa);
                 if (fst != FLASHC_SUCCESS) {
                     print_status_error("forward", fst);
                     flashc_tool_device_free(ws);
@@ -668,7 +676,11 @@ int main(int argc, char **argv) {
     bench_options o;
     int parsed = parse_options(argc, argv, &o);
     if (parsed != 0) return parsed > 0 ? 0 : 2;
-    if (o.cuda) return run_cuda_grid(&o);
+    if (o.cuda) {
+        const int rc = run_cuda_grid(&o);
+        flashc_tool_scratch_free(&forward_scratch);
+        return rc;
+    }
 
     char model[256], date[64];
     cpu_model(model, sizeof model);

@@ -198,6 +198,12 @@ typedef struct flashc_varlen {
 /* Forward                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Memory for a workspace (the backward's) or scratch (the forward's) from
+ * the caller's allocator: `bytes` bytes (any alignment) on `device`,
+ * usable by work queued on the call's stream, or NULL when it cannot
+ * provide them. */
+typedef void *(*flashc_workspace_allocator)(void *context, size_t bytes, flashc_device device);
+
 typedef struct flashc_forward_args {
     const flashc_tensor *q;
     const flashc_tensor *k;
@@ -215,6 +221,24 @@ typedef struct flashc_forward_args {
 } flashc_forward_args;
 
 FLASHC_API flashc_status flashc_attention_forward(const flashc_forward_args *args);
+
+/* The forward with scratch memory from the caller's allocator, for the
+ * CUDA portable kernels (compute capability 8.x, or FLASHC_CUDA_FORWARD=
+ * portable): where every tile of query rows costs the same (no mask or
+ * window, not varlen) and the last wave of tiles would leave SMs idle,
+ * the kernel shares that wave's key blocks over every SM and combines the
+ * partial results in a fixed order (bitwise reproducible), which needs
+ * float32 scratch of about one output tile per SM. allocate(context,
+ * bytes, device) is then called once, from the calling thread, after
+ * every argument check has passed; the memory stays the caller's (release
+ * it after the call returns, in stream order: the kernels that use it are
+ * queued, not finished). Where allocate is NULL or returns NULL, and for
+ * every other problem, this is flashc_attention_forward(): the scratch
+ * only speeds the call up, and the output differs from the unshared
+ * schedule's by float32 rounding only. */
+FLASHC_API flashc_status flashc_attention_forward_allocating(const flashc_forward_args *args,
+                                                             flashc_workspace_allocator allocate,
+                                                             void *context);
 
 /* ------------------------------------------------------------------------ */
 /* Backward                                                                 */
@@ -244,11 +268,6 @@ FLASHC_API flashc_status flashc_attention_backward_workspace_size(
     const flashc_backward_args *args, size_t *bytes);
 
 FLASHC_API flashc_status flashc_attention_backward(const flashc_backward_args *args);
-
-/* Memory for a backward workspace from the caller's allocator: `bytes`
- * bytes (any alignment) on `device`, usable by work queued on the call's
- * stream, or NULL when it cannot provide them. */
-typedef void *(*flashc_workspace_allocator)(void *context, size_t bytes, flashc_device device);
 
 /* The backward in one call, with its workspace obtained during the call:
  * the arguments are validated once, where the workspace-size query followed

@@ -345,7 +345,7 @@ static size_t backward_workspace(const tcuda_case *c) {
 }
 
 /* Without a mask, a window or varlen the portable kernel's last partial
- * wave of tiles is shared out over every SM (src/cuda/bwd_tail.h): each
+ * wave of tiles is shared out over every SM (src/cuda/tail_split.h): each
  * tail CTA runs the end of one tile and the start of the next, and a
  * tile's segments add their dK / dV in CTA order. Forced portable, shapes
  * whose plan takes a tail on a 132-SM GPU (H100 / H200: checked there by

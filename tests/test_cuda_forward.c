@@ -10,6 +10,7 @@
  * reference Philox mask bit for bit. Error paths specific to CUDA.
  *
  * Where no GPU is usable (CI), every test is skipped. */
+#define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cuda_runtime_api.h>
 
 #include "test_cuda_support.h"
 #include "test_grids.h"
@@ -536,6 +539,82 @@ static void bitwise_reproducible(void **state) {
     if (failed) fail_msg("cuda reproducible: %d of %d cases failed", failed, count);
 }
 
+/* The portable kernel's shared last wave (src/cuda/tail_split.h): where
+ * every row block costs the same, the last wave's key blocks are shared
+ * over every SM and the segments combined in CTA order through the
+ * scratch that tcuda_forward's allocator hands out (NaN-poisoned before
+ * each call). Shapes that take it on any GPU of 28 SMs or more (case 0)
+ * and on the 132-SM H100 / H200 (every case): no full wave (a tile cut
+ * in up to six segments), several waves and a partial one, GQA and MQA,
+ * d != dv, a last key block cut short, long keys against few rows; each
+ * against the references, and bit-identical over repeats on both streams
+ * whichever segment of a row block finishes last. */
+static void shared_last_wave(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    const char *given = getenv("FLASHC_CUDA_FORWARD");
+    char *restore = given ? strdup(given) : NULL;
+    setenv("FLASHC_CUDA_FORWARD", "portable", 1);
+    int n = 0;
+    test_config c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 1, 3, 3, 128, 128, 1000, 1500);
+    c.with_lse = 1;
+    cfgs[n++] = c; /* 24 row blocks of 24 key blocks, no main grid */
+    c = test_config_shaped(FLASHC_DTYPE_FLOAT16, 4, 16, 4, 64, 64, 1100, 1100);
+    cfgs[n++] = c; /* 576 row blocks: two waves of 264 and 48 */
+    c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 2, 4, 4, 256, 256, 700, 1000);
+    c.with_lse = 1;
+    cfgs[n++] = c; /* 88 row blocks of 16 key blocks */
+    c = test_config_shaped(FLASHC_DTYPE_FLOAT16, 1, 8, 2, 96, 128, 2048, 2048);
+    cfgs[n++] = c; /* the d128 configuration: 128 row blocks of 32 */
+    c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 3, 5, 1, 64, 64, 333, 4000);
+    c.with_lse = 1;
+    cfgs[n++] = c; /* MQA, 45 row blocks of 32 key blocks, the last of 32 keys */
+
+    int sms = 0, failed = 0, took = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 0;
+    for (int i = 0; i < n; ++i) {
+        tcuda_case tc;
+        const uint64_t seed = test_seed("cuda forward shared last wave", (uint64_t)i);
+        char desc[768];
+        test_config_describe(&cfgs[i], desc, sizeof desc);
+        int fails = 0;
+        if (tcuda_case_init(&tc, &cfgs[i], seed, NULL) != 0 || tcuda_forward(&tc) != FLASHC_SUCCESS) {
+            fprintf(stderr, "FAIL CUDA forward: %s [%s]\n", flashc_last_error_message(), desc);
+            fails = 1;
+        } else {
+            const int requested = tc.scratch_requests;
+            took += requested > 0;
+            printf("shared last wave case %d: scratch %s (%zu bytes)\n", i, requested ? "used" : "not asked for",
+                   tc.scratch_bytes);
+            if (!requested && sms == 132) {
+                fprintf(stderr, "FAIL the forward asked for no scratch on 132 SMs [%s]\n", desc);
+                ++fails;
+            }
+            fails += test_check_forward(&tc.tc);
+            for (int r = 0; r < (test_quick() ? 1 : 3); ++r) {
+                fails += tcuda_check_repeatable(&tc, tcuda_side_stream());
+                fails += tcuda_check_repeatable(&tc, NULL);
+            }
+            fails += tcuda_check_against_cpu(&tc, NULL);
+        }
+        tcuda_case_free(&tc);
+        if (fails) {
+            fprintf(stderr, "  -> shared last wave case %d failed (input seed %llu)\n", i, (unsigned long long)seed);
+            ++failed;
+        }
+    }
+    if (sms >= 28 && took == 0) {
+        fprintf(stderr, "FAIL no case asked for scratch on %d SMs\n", sms);
+        ++failed;
+    }
+    if (restore)
+        setenv("FLASHC_CUDA_FORWARD", restore, 1);
+    else
+        unsetenv("FLASHC_CUDA_FORWARD");
+    free(restore);
+    if (failed) fail_msg("cuda forward shared last wave: %d failures", failed);
+}
+
 /* ---- Errors specific to CUDA ---------------------------------------------- */
 
 /* Does `msg` name `word` as a whole word (not inside another name)? */
@@ -679,6 +758,7 @@ int main(void) {
         cmocka_unit_test(masked_rows),
         cmocka_unit_test(dropout_mask),
         cmocka_unit_test(bitwise_reproducible),
+        cmocka_unit_test(shared_last_wave),
         cmocka_unit_test(cuda_errors),
         cmocka_unit_test(backward),
     };

@@ -4,8 +4,10 @@
  * inputs, the workspace, the returned size) is as it was. Each case starts
  * from a valid problem and breaks exactly one thing; the forward, the
  * workspace-size query and the backward are each checked where the
- * argument applies, and the backward's cases through the one-call backward
- * (flashc_attention_backward_allocating) too. */
+ * argument applies, the forward's cases through
+ * flashc_attention_forward_allocating and the backward's through the
+ * one-call backward (flashc_attention_backward_allocating) too, neither
+ * calling its allocator. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -224,6 +226,13 @@ static int run_error_case(const error_case *e) {
         snap_take(&s, x);
         flashc_status st = flashc_attention_forward(&x->f);
         fails += check_result(e, "forward", st);
+        int calls = 0;
+        st = flashc_attention_forward_allocating(&x->f, counting_allocate, &calls);
+        fails += check_result(e, "forward_allocating", st);
+        if (calls) {
+            fprintf(stderr, "FAIL %s, forward_allocating: the allocator was called\n", e->what);
+            ++fails;
+        }
         fails += check_untouched(e, "forward", &s);
         snap_free(&s);
         memcpy(x->tc.a_out.bytes, x->valid_out, x->tc.a_out.size);
@@ -749,6 +758,7 @@ static void null_argument_structs(void **state) {
     (void)state;
     size_t bytes = 777;
     assert_int_equal(flashc_attention_forward(NULL), FLASHC_ERROR_NULL_POINTER);
+    assert_int_equal(flashc_attention_forward_allocating(NULL, NULL, NULL), FLASHC_ERROR_NULL_POINTER);
     assert_true(strlen(flashc_last_error_message()) > 0);
     assert_int_equal(flashc_attention_backward(NULL), FLASHC_ERROR_NULL_POINTER);
     assert_true(strlen(flashc_last_error_message()) > 0);

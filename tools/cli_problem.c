@@ -316,6 +316,7 @@ void flashc_cli_problem_destroy(flashc_cli_problem *p) {
         if (p->on_cuda) flashc_tool_device_free(p->workspace);
         else free(p->workspace);
     }
+    flashc_tool_scratch_free(&p->scratch);
     if (p->stream) flashc_tool_stream_destroy(p->stream);
     free(p->len_q);
     free(p->len_k);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "cli_options.h"
+#include "common/device.h"
 #include "common/host_data.h"
 #include "flashc.h"
 
@@ -31,6 +32,7 @@ typedef struct flashc_cli_problem {
     flashc_cli_tensor alibi, cu_seqlens_q, cu_seqlens_k;
     void *workspace;           /* device (or host) memory */
     size_t workspace_bytes;
+    flashc_tool_scratch scratch; /* the forward's, CUDA (flashc_attention_forward_allocating) */
     /* Not empty when the backward was asked for but the library cannot
      * run it on this device (FLASHC_ERROR_UNSUPPORTED): the library's
      * message. The forward still runs and is checked. */

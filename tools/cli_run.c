@@ -25,7 +25,8 @@ static int report_status(const char *what, flashc_status st) {
 }
 
 static flashc_status call(flashc_cli_problem *p, int backward) {
-    return backward ? flashc_attention_backward(&p->bwd) : flashc_attention_forward(&p->fwd);
+    return backward ? flashc_attention_backward(&p->bwd)
+                    : flashc_attention_forward_allocating(&p->fwd, flashc_tool_scratch_allocate, &p->scratch);
 }
 
 /* One call, timed from launch to completion: CUDA events around it on the

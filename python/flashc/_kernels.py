@@ -1,6 +1,6 @@
 """Calls of flashc_attention_forward / flashc_attention_backward through
 ctypes: descriptors, options, the CUDA stream or CPU thread count, the
-backward workspace, and the status check.
+backward workspace and the forward's scratch, and the status check.
 
 Each call writes its argument struct and the tensor descriptors it points
 to into one fresh ctypes buffer, with one struct.pack_into per struct
@@ -109,6 +109,25 @@ def _fail(status):
     raise error_for_status(status, _library.last_error_message())
 
 
+def _allocate_scratch(holder, nbytes, device):
+    """The forward's scratch (flashc_attention_forward_allocating), from
+    PyTorch's caching allocator on the current stream: called by the
+    library only where a CUDA forward shares out its last wave of tiles.
+    The tensor stays in holder (the call's list) until the call returns;
+    without the memory (out of memory) the forward runs without it."""
+    try:
+        scratch = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", device.index))
+    except Exception:  # noqa: BLE001 (a failure here must not unwind through C)
+        return None
+    holder.append(scratch)
+    return scratch.data_ptr()
+
+
+_ALLOCATE_SCRATCH = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_size_t,
+                                     _cabi.Device)(_allocate_scratch)
+_ALLOCATE_SCRATCH_AT = ctypes.cast(_ALLOCATE_SCRATCH, ctypes.c_void_p).value
+
+
 # Both calls below run for every attention call, so they are written out
 # (the CUDA stream or the CPU thread count, the status check) rather than
 # split into helpers: each Python call costs, and on a small problem they
@@ -139,12 +158,23 @@ def forward(q, k, v, out, lse, s_dmask, softmax_scale, causal, window_left, wind
            a[10], softmax_scale, int(causal), window_left, window_right, softcap, a[6], dropout_p,
            seed, offset, 0, _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
            _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM))
-    device = _other_device(q) if cuda else None
-    if device is None:
+    if not cuda:
         status = _library.attention_forward(ctypes.addressof(buffer))
+        if status:
+            _fail(status)
+        return
+    # Scratch made during the call is released after it, in stream order
+    # (as the backward's workspace, _call_with_workspace).
+    scratch = []
+    device = _other_device(q)
+    if device is None:
+        status = _library.attention_forward_allocating(ctypes.addressof(buffer),
+                                                       _ALLOCATE_SCRATCH_AT, id(scratch))
     else:
         with device:
-            status = _library.attention_forward(ctypes.addressof(buffer))
+            status = _library.attention_forward_allocating(ctypes.addressof(buffer),
+                                                           _ALLOCATE_SCRATCH_AT, id(scratch))
+    del scratch
     if status:
         _fail(status)
 

@@ -58,6 +58,12 @@ def _declare(lib):
     lib.flashc_attention_options_default.restype = _cabi.AttentionOptions
     lib.flashc_attention_forward.argtypes = [P(_cabi.ForwardArgs)]
     lib.flashc_attention_forward.restype = _cabi.c_enum
+    lib.flashc_attention_forward_allocating.argtypes = [
+        P(_cabi.ForwardArgs),
+        ctypes.c_void_p,  # flashc_workspace_allocator (NULL: no scratch)
+        ctypes.c_void_p,
+    ]
+    lib.flashc_attention_forward_allocating.restype = _cabi.c_enum
     lib.flashc_attention_backward_workspace_size.argtypes = [
         P(_cabi.BackwardArgs),
         P(ctypes.c_size_t),
@@ -111,6 +117,7 @@ def _taking_addresses(name, nargs):
 
 
 attention_forward = _taking_addresses("flashc_attention_forward", 1)
+attention_forward_allocating = _taking_addresses("flashc_attention_forward_allocating", 3)
 attention_backward_workspace_size = _taking_addresses(
     "flashc_attention_backward_workspace_size", 2
 )

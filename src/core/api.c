@@ -29,15 +29,26 @@ int flashc_cuda_available(void) {
 #endif
 }
 
-flashc_status flashc_attention_forward(const flashc_forward_args *args) {
+flashc_status flashc_attention_forward_allocating(const flashc_forward_args *args,
+                                                  flashc_workspace_allocator allocate, void *context) {
     flashc_clear_error();
     flashc_problem p;
     flashc_status st = flashc_validate_forward(args, &p);
     if (st != FLASHC_SUCCESS) return st;
 #ifdef FLASHC_HAVE_CUDA
-    if (p.is_cuda) return flashc_cuda_forward(&p);
+    if (p.is_cuda) {
+        p.scratch_allocate = allocate;
+        p.scratch_context = context;
+        return flashc_cuda_forward(&p);
+    }
 #endif
+    (void)allocate;
+    (void)context;
     return flashc_cpu_forward(&p);
+}
+
+flashc_status flashc_attention_forward(const flashc_forward_args *args) {
+    return flashc_attention_forward_allocating(args, NULL, NULL);
 }
 
 static size_t backend_workspace_size(const flashc_problem *p) {

@@ -83,6 +83,13 @@ typedef struct flashc_problem {
     void *workspace;
     size_t workspace_bytes;
 
+    /* Forward on CUDA (flashc_attention_forward_allocating): where the
+     * portable kernel shares out its last wave of tiles it asks this
+     * allocator for the scratch, once; NULL (or no memory) runs it
+     * without. */
+    flashc_workspace_allocator scratch_allocate;
+    void *scratch_context;
+
     /* Options, resolved. */
     double scale;              /* never 0 here: the default is applied */
     double softcap;            /* 0 = off */

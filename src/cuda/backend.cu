@@ -105,6 +105,9 @@ flashc_fwd_params flashc_cuda_fwd_params(const flashc_problem *p) {
     k.dropout_rescale = p->dropout_p > 0.0 ? (float)(1.0 / (1.0 - p->dropout_p)) : 1.0f;
     k.dropout_seed = p->dropout_seed;
     k.dropout_offset = p->dropout_offset;
+    k.tail = flashc_tail_plan(0, 0, 0, 0, 0); /* none: the launch chooses (fwd_launch.cuh) */
+    k.tail_slots = nullptr;
+    k.tail_counts = nullptr;
     return k;
 }
 
@@ -133,7 +136,12 @@ static cudaError_t forward_body(const void *arg) {
     const flashc_problem *p = (const flashc_problem *)arg;
     const flashc_fwd_params k = flashc_cuda_fwd_params(p);
     const int is_bf16 = p->dtype == FLASHC_DTYPE_BFLOAT16;
-    cudaError_t err = flashc_fwd_dispatch(&k, p->stream, is_bf16, needs_general_kernel(p, k));
+    flashc_fwd_scratch scratch;
+    scratch.allocate = p->scratch_allocate;
+    scratch.context = p->scratch_context;
+    scratch.device.type = FLASHC_DEVICE_CUDA;
+    scratch.device.index = p->device_index;
+    cudaError_t err = flashc_fwd_dispatch(&k, &scratch, p->stream, is_bf16, needs_general_kernel(p, k));
     if (err == cudaSuccess && p->is_varlen) err = flashc_fwd_fill_outside_rows(&k, is_bf16, p->stream);
     if (err == cudaSuccess && p->s_dmask.data) err = flashc_fwd_write_dmask(&k, &p->s_dmask, is_bf16, p->stream);
     return err;
@@ -245,7 +253,7 @@ static flashc_bwd_plan backward_plan(const flashc_problem *p) {
         if (s >= 1 && s <= group && group % s == 0) plan.head_splits = (int)s;
     }
     const char *tail = getenv("FLASHC_CUDA_BWD_TAIL");
-    if ((tail && strcmp(tail, "0") == 0) || plan.head_splits != 1) plan.tail = flashc_bwd_tail_plan(0, 0, 0);
+    if ((tail && strcmp(tail, "0") == 0) || plan.head_splits != 1) plan.tail = flashc_tail_plan(0, 0, 0, 0, 0);
     return plan;
 }
 

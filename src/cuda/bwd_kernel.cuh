@@ -24,7 +24,7 @@
  * (deterministic) this CTA's own slice, which only it writes, in program
  * order.
  *
- * TAIL: the kernel of the shared last wave (bwd_tail.h), launched after
+ * TAIL: the kernel of the shared last wave (tail_split.h), launched after
  * the main grid's full waves: each CTA runs one or two segments (a range
  * of a tile's iterations), and a tile's segments add their dK / dV in CTA
  * order before the epilogue. */
@@ -41,7 +41,7 @@
 #include "bwd_params.h"
 #include "bwd_rows.cuh"
 #include "bwd_scores.cuh"
-#include "bwd_tail.h"
+#include "tail_split.h"
 #include "bwd_visibility.h"
 #include "fwd_mask.cuh"
 #include "fwd_seq.cuh"
@@ -71,27 +71,19 @@ static __device__ __forceinline__ void flashc_bwd_add_dq(float *dq, const float 
                                   acc[i][j][2 * half + 1]);
 }
 
-/* A tail segment's end (bwd_tail.h): true when this CTA finishes the
+/* A tail segment's end (tail_split.h): true when this CTA finishes the
  * tile, with acc (dV, dK fragments) then holding the sum of every
  * segment's, added in CTA order (the same sum whichever segment finished
  * last); false when another segment will, this one's accumulators left in
- * its slot. A slot is the fragments in thread order: float4 k of thread x
- * at k * THREADS + x, so both the stores and the loads are coalesced. */
+ * its slot. */
 template <int THREADS, int ROW_ATOMS, int COL_ATOMS>
 static __device__ __forceinline__ bool flashc_bwd_tail_gather(const flashc_bwd_params &p, int tile,
                                                            float (&acc)[2][ROW_ATOMS][COL_ATOMS][4]) {
-    constexpr int SLOT_FLOAT4 = 2 * ROW_ATOMS * COL_ATOMS * THREADS;
-    const flashc_bwd_tail_ctas ctas = flashc_bwd_tail_ctas_of(p.tail, tile);
-    const int others = ctas.last - ctas.first; /* the segments to wait for */
-    if (others == 0) return true; /* the whole tile ran here */
-    int *count = p.tail_counts + tile;
-    /* every other segment already counted: this one is the last, and
-     * needs no slot (the usual case of a tile's first segment) */
-    int last = 0;
-    if (threadIdx.x == 0) last = flashc_ld_acquire_gpu(count) == others;
-    if (!__syncthreads_or(last)) {
-        float4 *mine = reinterpret_cast<float4 *>(p.tail_slots) +
-                       (int64_t)flashc_bwd_tail_slot(blockIdx.x, tile) * SLOT_FLOAT4 + threadIdx.x;
+    constexpr int SLOT_FLOAT4 = 2 * ROW_ATOMS * COL_ATOMS;
+    const flashc_tail_ctas ctas = flashc_tail_ctas_of(p.tail, tile);
+    if (ctas.last == ctas.first) return true; /* the whole tile ran here */
+    const bool last = flashc_tail_arrive<THREADS, SLOT_FLOAT4>(p.tail, p.tail_slots, p.tail_counts, tile,
+                                                              [&](float4 *mine) {
 #pragma unroll
         for (int w = 0; w < 2; ++w)
 #pragma unroll
@@ -100,12 +92,8 @@ static __device__ __forceinline__ bool flashc_bwd_tail_gather(const flashc_bwd_p
                 for (int j = 0; j < COL_ATOMS; ++j)
                     __stcg(mine + ((w * ROW_ATOMS + i) * COL_ATOMS + j) * THREADS,
                            make_float4(acc[w][i][j][0], acc[w][i][j][1], acc[w][i][j][2], acc[w][i][j][3]));
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(count, 1) == others;
-        if (!__syncthreads_or(last)) return false;
-    }
-    __threadfence();
+    });
+    if (!last) return false;
     /* acc = sum over the tile's CTAs in order, this one's from registers */
     const int me = blockIdx.x;
 #pragma unroll
@@ -120,9 +108,8 @@ static __device__ __forceinline__ bool flashc_bwd_tail_gather(const flashc_bwd_p
                 for (int q = ctas.first; q <= ctas.last; ++q) {
                     const float4 x =
                         q == me ? make_float4(acc[w][i][j][0], acc[w][i][j][1], acc[w][i][j][2], acc[w][i][j][3])
-                                : __ldcg(reinterpret_cast<const float4 *>(p.tail_slots) +
-                                         (int64_t)flashc_bwd_tail_slot(q, tile) * SLOT_FLOAT4 + k * THREADS +
-                                         threadIdx.x);
+                                : __ldcg(flashc_tail_slot_at<THREADS, SLOT_FLOAT4>(p.tail_slots, q, tile) +
+                                         k * THREADS);
                     sum.x += x.x;
                     sum.y += x.y;
                     sum.z += x.z;
@@ -199,16 +186,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 #endif
     /* TAIL: this CTA's segments, first the end of one tile, then the start
      * of the next */
-    const int segments = TAIL ? flashc_bwd_tail_segments(p.tail, blockIdx.x) : 1;
+    const int segments = TAIL ? flashc_tail_segments(p.tail, blockIdx.x) : 1;
     for (int segment = 0; segment < segments; ++segment) {
         /* the tile (tile_schedule.h): rank 0 is the first chunk, whose keys
          * the most queries see under a causal mask; a pair is a (batch, kv
          * head, head split), the split walking its share of the group's query
          * heads */
         int chunk, pair;
-        flashc_bwd_tail_segment tail_seg = {0, 0, 0};
+        flashc_tail_segment tail_seg = {0, 0, 0};
         if constexpr (TAIL) {
-            tail_seg = flashc_bwd_tail_segment_of(p.tail, blockIdx.x, segment);
+            tail_seg = flashc_tail_segment_of(p.tail, blockIdx.x, segment);
             flashc_schedule_tile(sched, (int)(p.tail.first + tail_seg.tile), &chunk, &pair);
         } else {
             flashc_schedule_tile(sched, blockIdx.x, &chunk, &pair);

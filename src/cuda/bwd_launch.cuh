@@ -4,7 +4,7 @@
  * chunk of a (sequence, kv head, head split) pair, in the order of
  * tile_schedule.h: a pair's CTAs run together and share its Q and dO in
  * L2, and under a mask the longest chunks of an L2 section start first.
- * With a tail (bwd_tail.h) the grid stops after its last full wave and the
+ * With a tail (tail_split.h) the grid stops after its last full wave and the
  * tail grid shares out the last tiles: on sm_90+ a programmatic dependent
  * launch, so its CTAs take the SMs as the main grid's last CTAs leave
  * them. Each bwd_hdim*.cu instantiates one configuration. */

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "bwd_tail.h"
+#include "tail_split.h"
 #include "fwd_params.h"
 
 typedef struct flashc_bwd_params {
@@ -60,11 +60,11 @@ typedef struct flashc_bwd_params {
     float *dk_part, *dv_part;
     int64_t part_rows;
     /* The portable kernel's last partial wave, shared by tail CTAs
-     * (bwd_tail.h; tail.ctas 0: none): the slots of the segments' float32
+     * (tail_split.h; tail.ctas 0: none): the slots of the segments' float32
      * dV and dK accumulators, [ctas + tiles][2][BLOCK_N][HEAD_DIM] in the
      * kernel's fragment order, and per tail tile the count of segments
      * done (zeroed by the preprocess). */
-    flashc_bwd_tail tail;
+    flashc_tail tail;
     float *tail_slots;
     int *tail_counts;
 } flashc_bwd_params;

@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(FLASHC_BWD_PRE_THREADS) flashc_bwd_preprocess_
     const int head = (int)(blockIdx.x / m_chunks % p.fwd.nheads);
     const int batch = (int)(blockIdx.x / m_chunks / p.fwd.nheads);
     const flashc_fwd_seq seq = flashc_fwd_sequence(p.fwd, batch);
-    /* the counts of the shared last wave's segments (bwd_tail.h) */
+    /* the counts of the shared last wave's segments (tail_split.h) */
     if (p.tail_counts && blockIdx.x == 0)
         for (int i = threadIdx.x; i < p.tail.tiles; i += FLASHC_BWD_PRE_THREADS) p.tail_counts[i] = 0;
     const int m0 = m_chunk / chunks * tile_m;

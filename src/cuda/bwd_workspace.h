@@ -12,7 +12,7 @@
  *                                                           have added into its dQ rows
  *   dk_part   [head_splits][key rows][hk][d]       float32  with head splits > 1 only:
  *   dv_part   [head_splits][key rows][hk][dv]      float32  each split's dK (unscaled) and dV
- *   tail_slots  [tail ctas + tail tiles][2 BLOCK_N D] float32  with a tail (bwd_tail.h) only:
+ *   tail_slots  [tail ctas + tail tiles][2 BLOCK_N D] float32  with a tail (tail_split.h) only:
  *   tail_counts [tail tiles]                         int32    segments' dV / dK, and the count of
  *                                                             each tile's segments done
  *
@@ -35,10 +35,17 @@
 #include "../core/problem.h"
 #include "../core/semantics.h"
 #include "bwd_config.h"
-#include "bwd_tail.h"
+#include "tail_split.h"
 #include "hopper_bwd_config.h"
 #include "bwd_visibility.h"
 #include "tile_schedule.h"
+
+/* The portable backward's costs in iterations (one query block against
+ * the CTA's key block): a tile's start (K, V and the first Q / dO loads;
+ * also the simulation of the tiles below), and a tail segment's slot
+ * written and read back (tail_split.h). */
+#define FLASHC_BWD_TILE_START 2
+#define FLASHC_BWD_TAIL_SLOT 2
 
 /* Deterministic mode on the Hopper path: one key block per CTA and one
  * accumulator, the CTAs' additions into a query block's dQ rows in a
@@ -68,7 +75,7 @@ typedef struct flashc_bwd_plan {
     int dq_order_rows;  /* deterministic on the Hopper path: query rows per dq_order entry (its
                            BLOCK_M); else 0 */
     int head_splits;    /* Hopper path: CTAs sharing one (key block, kv head)'s query heads */
-    flashc_bwd_tail tail; /* portable path: the last partial wave shared out (ctas 0: none) */
+    flashc_tail tail; /* portable path: the last partial wave shared out (ctas 0: none) */
 } flashc_bwd_plan;
 
 typedef struct flashc_bwd_layout {
@@ -295,12 +302,12 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
         plan.head_splits = flashc_bwd_portable_head_splits(p, &plan, sms);
     /* tiles of one cost each (no mask, window or varlen; one CTA per key
      * block, each walking the whole group): the last partial wave shared
-     * out (bwd_tail.h) */
+     * out (tail_split.h) */
     if (!hopper && !p->deterministic && plan.head_splits == 1 && !p->is_varlen && p->window_left < 0 &&
         p->window_right < 0) {
         const int64_t m_blocks = (p->seqlen_q + plan.block_m - 1) / plan.block_m;
-        plan.tail = flashc_bwd_tail_plan(plan.key_blocks * p->batch * p->nheads_k,
-                                         p->nheads / p->nheads_k * m_blocks, sms);
+        plan.tail = flashc_tail_plan(plan.key_blocks * p->batch * p->nheads_k, p->nheads / p->nheads_k * m_blocks,
+                                     sms, FLASHC_BWD_TILE_START, FLASHC_BWD_TAIL_SLOT);
     }
     /* the grid holds nchunks * batch * nheads_k (* head_splits) CTAs, checked at launch */
     plan.nchunks = chunks > 0x7fffffff ? 0x7fffffff : (int)chunks;

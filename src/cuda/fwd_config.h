@@ -42,6 +42,14 @@ struct flashc_fwd_config;
 FLASHC_FWD_CONFIGS(FLASHC_FWD_CONFIG_STRUCT)
 #undef FLASHC_FWD_CONFIG_STRUCT
 
+/* The portable kernel's costs in iterations (one key block) for the plan
+ * of its shared last wave (tail_split.h): a tile's start (Q and the first
+ * K loaded), and a segment's slot written and read back (its O, row
+ * maxima and sums: a float32 tile of BLOCK_M x HEAD_DIM, about the bytes
+ * of one K and V tile). */
+#define FLASHC_FWD_TILE_START 1
+#define FLASHC_FWD_TAIL_SLOT 1
+
 /* Row stride, in elements, of a shared-memory tile with `head_dim`
  * columns padded by 16 bytes (ldmatrix without bank conflicts). */
 #define FLASHC_SMEM_ROW(head_dim) ((head_dim) + 8)

@@ -21,7 +21,13 @@
  * writes O and LSE straight from the fragments.
  *
  * GENERAL selects the variant with softcap, ALiBi and dropout (run-time
- * switches inside); the plain variant leaves them out of the inner loop. */
+ * switches inside); the plain variant leaves them out of the inner loop.
+ *
+ * TAIL: the kernel of the shared last wave (tail_split.h), launched after
+ * the main grid's full waves where every tile costs the same: each CTA
+ * runs one or two segments (a range of a row block's key blocks), and a
+ * row block's segments combine their O, row maxima and sums in CTA order
+ * before the epilogue. */
 #ifndef FLASHC_CUDA_FWD_KERNEL_CUH
 #define FLASHC_CUDA_FWD_KERNEL_CUH
 
@@ -198,7 +204,10 @@ static __device__ __forceinline__ bool flashc_fwd_row_block_at(const flashc_fwd_
 }
 
 /* The row block of this CTA of the portable kernel's grid (above); false
- * also for the CTAs past the last pair in the last, narrower section. */
+ * also for the CTAs past the last pair in the last, narrower section, and
+ * with a tail (tail_split.h) for those of the tiles it runs: the
+ * schedule's tiles from p.tail.first on (without a mask one pair's row
+ * blocks after another, tile pair * m_blocks + rank). */
 template <typename T, int BLOCK_M, int BLOCK_N, int THREADS>
 static __device__ __forceinline__ bool flashc_fwd_find_row_block(const flashc_fwd_params &p,
                                                                  flashc_fwd_row_block *b) {
@@ -208,8 +217,101 @@ static __device__ __forceinline__ bool flashc_fwd_find_row_block(const flashc_fw
     /* < 2^31: flashc_schedule_plan */
     const int pair = (int)(ranks_in_x ? blockIdx.z * gridDim.y + blockIdx.y : blockIdx.z * gridDim.x + blockIdx.x);
     if (pair >= p.batch * p.nheads) return false;
+    if (p.tail.ctas && (long long)pair * m_blocks + rank >= p.tail.first) return false;
     return flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, THREADS>(p, m_blocks - 1 - rank, (int)(pair % p.nheads),
                                                                  (int)(pair / p.nheads), b);
+}
+
+/* The row block of tail tile `tile` (tail_split.h): the schedule's tile
+ * p.tail.first + tile, numbered as flashc_fwd_find_row_block skips them. */
+template <typename T, int BLOCK_M, int BLOCK_N, int THREADS>
+static __device__ __forceinline__ bool flashc_fwd_tail_row_block(const flashc_fwd_params &p, int tile,
+                                                                 flashc_fwd_row_block *b) {
+    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const long long t = p.tail.first + tile;
+    const int pair = (int)(t / m_blocks), rank = (int)(t % m_blocks);
+    return flashc_fwd_row_block_at<T, BLOCK_M, BLOCK_N, THREADS>(p, m_blocks - 1 - rank, pair % p.nheads,
+                                                                 pair / p.nheads, b);
+}
+
+/* A tail segment's end (tail_split.h): true when this CTA finishes the
+ * row block, with st and acc_o then its whole softmax state (every
+ * segment's O and row sums rescaled to the largest of their maxima and
+ * added in CTA order, the same whichever segment finished last); false
+ * when another segment will, this one's state left in its slot: per row
+ * atom one float4 of maxima and sums, then the O fragments. */
+template <int THREADS, int ROW_ATOMS, int OUT_ATOMS>
+static __device__ __forceinline__ bool flashc_fwd_tail_combine(const flashc_fwd_params &p, int tile,
+                                                               flashc_softmax_state<ROW_ATOMS> &st,
+                                                               float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4]) {
+    constexpr int SLOT_FLOAT4 = ROW_ATOMS * (OUT_ATOMS + 1);
+    const flashc_tail_ctas ctas = flashc_tail_ctas_of(p.tail, tile);
+    if (ctas.last == ctas.first) return true; /* the whole row block ran here */
+    auto write_slot = [&](float4 *mine) {
+#pragma unroll
+        for (int i = 0; i < ROW_ATOMS; ++i) {
+            __stcg(mine + i * THREADS,
+                   make_float4(st.row_max[2 * i], st.row_max[2 * i + 1], st.row_sum[2 * i], st.row_sum[2 * i + 1]));
+#pragma unroll
+            for (int d = 0; d < OUT_ATOMS; ++d)
+                __stcg(mine + (ROW_ATOMS + i * OUT_ATOMS + d) * THREADS,
+                       make_float4(acc_o[i][d][0], acc_o[i][d][1], acc_o[i][d][2], acc_o[i][d][3]));
+        }
+    };
+    if (!flashc_tail_arrive<THREADS, SLOT_FLOAT4>(p.tail, p.tail_slots, p.tail_counts, tile, write_slot))
+        return false;
+    const int me = blockIdx.x;
+    auto slot = [&](int q) { return flashc_tail_slot_at<THREADS, SLOT_FLOAT4>(p.tail_slots, q, tile); };
+    /* the rows' largest maximum (-inf where no segment saw a key) */
+    float m_all[2 * ROW_ATOMS];
+#pragma unroll
+    for (int r = 0; r < 2 * ROW_ATOMS; ++r) m_all[r] = st.row_max[r];
+#pragma unroll 1
+    for (int q = ctas.first; q <= ctas.last; ++q) {
+        if (q == me) continue;
+#pragma unroll
+        for (int i = 0; i < ROW_ATOMS; ++i) {
+            const float4 s = __ldcg(slot(q) + i * THREADS);
+            m_all[2 * i] = fmaxf(m_all[2 * i], s.x);
+            m_all[2 * i + 1] = fmaxf(m_all[2 * i + 1], s.y);
+        }
+    }
+    auto weight = [&](float m, int r) { return m == -INFINITY ? 0.0f : flashc_exp2(m - m_all[r]); };
+    /* Segment q's share in CTA order: the first's scaled, the others' added
+     * (explicit roundings, so both ways below give the same bits). Where
+     * this CTA is the first (the usual case) its registers start the sum;
+     * else they go to its slot and the sum starts from the first's. */
+    auto add_segment = [&](int q, bool first, const float4 *src) {
+#pragma unroll
+        for (int i = 0; i < ROW_ATOMS; ++i) {
+            const float4 s = src ? __ldcg(src + i * THREADS)
+                                 : make_float4(st.row_max[2 * i], st.row_max[2 * i + 1], st.row_sum[2 * i],
+                                               st.row_sum[2 * i + 1]);
+            const float w0 = weight(s.x, 2 * i), w1 = weight(s.y, 2 * i + 1);
+            st.row_sum[2 * i] = first ? __fmul_rn(w0, s.z) : __fmaf_rn(w0, s.z, st.row_sum[2 * i]);
+            st.row_sum[2 * i + 1] = first ? __fmul_rn(w1, s.w) : __fmaf_rn(w1, s.w, st.row_sum[2 * i + 1]);
+#pragma unroll
+            for (int d = 0; d < OUT_ATOMS; ++d) {
+                const float4 o = src ? __ldcg(src + (ROW_ATOMS + i * OUT_ATOMS + d) * THREADS)
+                                     : make_float4(acc_o[i][d][0], acc_o[i][d][1], acc_o[i][d][2], acc_o[i][d][3]);
+                acc_o[i][d][0] = first ? __fmul_rn(w0, o.x) : __fmaf_rn(w0, o.x, acc_o[i][d][0]);
+                acc_o[i][d][1] = first ? __fmul_rn(w0, o.y) : __fmaf_rn(w0, o.y, acc_o[i][d][1]);
+                acc_o[i][d][2] = first ? __fmul_rn(w1, o.z) : __fmaf_rn(w1, o.z, acc_o[i][d][2]);
+                acc_o[i][d][3] = first ? __fmul_rn(w1, o.w) : __fmaf_rn(w1, o.w, acc_o[i][d][3]);
+            }
+        }
+    };
+    if (me == ctas.first) {
+        add_segment(me, true, nullptr);
+    } else {
+        write_slot(slot(me)); /* read back by this thread only */
+        add_segment(ctas.first, true, slot(ctas.first));
+    }
+#pragma unroll 1
+    for (int q = ctas.first + 1; q <= ctas.last; ++q) add_segment(q, false, slot(q));
+#pragma unroll
+    for (int r = 0; r < 2 * ROW_ATOMS; ++r) st.row_max[r] = m_all[r];
+    return true;
 }
 
 /* Epilogue of one warp: O / rowsum (times `rescale`, the dropout factor)
@@ -245,7 +347,7 @@ static __device__ __forceinline__ void flashc_fwd_store_rows(const flashc_fwd_pa
 }
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool EARLY_K_LOAD,
-          bool GENERAL>
+          bool GENERAL, bool TAIL>
 __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(const flashc_fwd_params p) {
     constexpr int THREADS = WARPS * 32;
     constexpr int ROWS_PER_WARP = BLOCK_M / WARPS;
@@ -261,96 +363,130 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
     T *sK = reinterpret_cast<T *>(smem + BLOCK_M * L::ROW_BYTES);
     T *sV = reinterpret_cast<T *>(smem + (BLOCK_M + BLOCK_N) * L::ROW_BYTES);
 
-    flashc_fwd_row_block blk;
-    if (!flashc_fwd_find_row_block<T, BLOCK_M, BLOCK_N, THREADS>(p, &blk)) return;
-    const int batch = blk.batch, head = blk.head, m0 = blk.m0, rows = blk.rows;
-    const flashc_fwd_seq seq = blk.seq;
-    const int n_block_min = blk.n_block_min, n_block_max = blk.n_block_max;
-    const int head_k = blk.head_k, shift = blk.shift;
+#if __CUDA_ARCH__ >= 900
+    /* the tail grid (a programmatic dependent launch) may be scheduled
+     * once every CTA of this one has started */
+    if constexpr (!TAIL) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+    /* Row block blk over its key blocks n_block_first down to n_block_min
+     * (all it sees, or a tail segment's share of them, from tile
+     * tail_tile). A lambda, so the plain kernel's code is a straight line:
+     * inside the tail's segment loop ptxas spills more in the main loop. */
+    auto run_row_block = [&](const flashc_fwd_row_block &blk, int n_block_first, int n_block_min, int tail_tile) {
+        const int batch = blk.batch, head = blk.head, m0 = blk.m0, rows = blk.rows;
+        const flashc_fwd_seq seq = blk.seq;
+        const int head_k = blk.head_k, shift = blk.shift;
 
-    const T *q = reinterpret_cast<const T *>(p.q) + batch * p.q_batch_stride +
-                 (seq.q_start + m0) * p.q_row_stride + head * p.q_head_stride;
-    const T *k = reinterpret_cast<const T *>(p.k) + batch * p.k_batch_stride + seq.k_start * p.k_row_stride +
-                 head_k * p.k_head_stride;
-    const T *v = reinterpret_cast<const T *>(p.v) + batch * p.v_batch_stride + seq.k_start * p.v_row_stride +
-                 head_k * p.v_head_stride;
+        const T *q = reinterpret_cast<const T *>(p.q) + batch * p.q_batch_stride +
+                     (seq.q_start + m0) * p.q_row_stride + head * p.q_head_stride;
+        const T *k = reinterpret_cast<const T *>(p.k) + batch * p.k_batch_stride + seq.k_start * p.k_row_stride +
+                     head_k * p.k_head_stride;
+        const T *v = reinterpret_cast<const T *>(p.v) + batch * p.v_batch_stride + seq.k_start * p.v_row_stride +
+                     head_k * p.v_head_stride;
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int warp_row0 = warp * ROWS_PER_WARP;
-    flashc_fwd_lane_addrs addr;
-    addr.q = flashc_smem_addr(sQ) + L::offset(warp_row0 + lane % 16, lane / 16);
-    addr.k = flashc_smem_addr(sK) + L::offset((lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
-    addr.v = flashc_smem_addr(sV) + L::offset((lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
-    flashc_tile_pos pos;
-    pos.row0 = m0 + warp_row0 + lane / 4;
-    pos.shift = shift;
-    pos.sk = seq.sk;
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        const int warp_row0 = warp * ROWS_PER_WARP;
+        flashc_fwd_lane_addrs addr;
+        addr.q = flashc_smem_addr(sQ) + L::offset(warp_row0 + lane % 16, lane / 16);
+        addr.k = flashc_smem_addr(sK) + L::offset((lane % 8) + (lane / 16) * 8, (lane / 8) % 2);
+        addr.v = flashc_smem_addr(sV) + L::offset((lane % 8) + ((lane / 8) % 2) * 8, lane / 16);
+        flashc_tile_pos pos;
+        pos.row0 = m0 + warp_row0 + lane / 4;
+        pos.shift = shift;
+        pos.sk = seq.sk;
 
-    const float alibi_slope_log2 = GENERAL ? flashc_alibi_slope_log2(p, batch, head) : 0.0f;
-    const float score_to_log2 = GENERAL ? 1.0f : p.scale_log2;
+        const float alibi_slope_log2 = GENERAL ? flashc_alibi_slope_log2(p, batch, head) : 0.0f;
+        const float score_to_log2 = GENERAL ? 1.0f : p.scale_log2;
 
-    flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS>(sQ, q, p.q_row_stride, rows, p.head_dim);
-    {
-        const int n0 = (n_block_max - 1) * BLOCK_N;
-        flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, k + n0 * p.k_row_stride, p.k_row_stride,
-                                                             seq.sk - n0, p.head_dim);
-    }
-    flashc_cp_async_commit();
-
-    float acc_o[ROW_ATOMS][OUT_ATOMS][4];
-    flashc_softmax_state<ROW_ATOMS> st;
-    flashc_softmax_start(acc_o, st);
-
-    /* Start loading K[n-1] into sK (every warp is past its Q K^T of
-     * K[n]). Predicated rather than branched, so the caller's code on
-     * either side stays one basic block: past the first key block all
-     * rows are invalid and only zeros are written. */
-    auto start_k_load = [&](int n_block) {
-        const int n_prev = (n_block - 1) * BLOCK_N;
-        const int valid_rows = n_block > n_block_min ? seq.sk - n_prev : 0;
-        flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, n_block > n_block_min ? k + n_prev * p.k_row_stride : k,
-                                                             p.k_row_stride, valid_rows, p.head_dim);
+        flashc_load_tile_async<T, BLOCK_M, HEAD_DIM, THREADS>(sQ, q, p.q_row_stride, rows, p.head_dim);
+        {
+            const int n0 = n_block_first * BLOCK_N;
+            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, k + n0 * p.k_row_stride, p.k_row_stride,
+                                                                 seq.sk - n0, p.head_dim);
+        }
         flashc_cp_async_commit();
+
+        float acc_o[ROW_ATOMS][OUT_ATOMS][4];
+        flashc_softmax_state<ROW_ATOMS> st;
+        flashc_softmax_start(acc_o, st);
+
+        /* Start loading K[n-1] into sK (every warp is past its Q K^T of
+         * K[n]). Predicated rather than branched, so the caller's code on
+         * either side stays one basic block: past the first key block all
+         * rows are invalid and only zeros are written. */
+        auto start_k_load = [&](int n_block) {
+            const int n_prev = (n_block - 1) * BLOCK_N;
+            const int valid_rows = n_block > n_block_min ? seq.sk - n_prev : 0;
+            const T *src = n_block > n_block_min ? k + n_prev * p.k_row_stride : k;
+            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sK, src, p.k_row_stride, valid_rows, p.head_dim);
+            flashc_cp_async_commit();
+        };
+
+        for (int n_block = n_block_first; n_block >= n_block_min; --n_block) {
+            const int n0 = n_block * BLOCK_N;
+            flashc_cp_async_wait<0>();
+            __syncthreads();
+            flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sV, v + n0 * p.v_row_stride, p.v_row_stride,
+                                                                 seq.sk - n0, p.head_dim_v);
+            flashc_cp_async_commit();
+
+            float acc_s[ROW_ATOMS][COL_ATOMS][4];
+            flashc_gemm_qk<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_s, addr);
+
+            pos.col0 = n0 + 2 * (lane % 4);
+            if (GENERAL) flashc_apply_logit_rule(acc_s, p, pos, alibi_slope_log2);
+            if (flashc_tile_needs_mask(m0, rows, n0, BLOCK_N, seq.sk, shift, p.window_left, p.window_right))
+                flashc_apply_mask(acc_s, pos, p.window_left, p.window_right);
+
+            /* V[n] landed, and every warp is done with K[n]. */
+            flashc_cp_async_wait<0>();
+            __syncthreads();
+            if (EARLY_K_LOAD) start_k_load(n_block);
+            flashc_softmax_update(st, acc_s, acc_o, score_to_log2);
+            if (GENERAL && p.dropout_threshold)
+                flashc_apply_dropout(acc_s, p, batch, head, pos.row0, pos.col0);
+            uint32_t p_frag[ROW_ATOMS][COL_ATOMS / 2][4];
+            flashc_pack_p<T>(p_frag, acc_s);
+
+            if (!EARLY_K_LOAD) start_k_load(n_block);
+            flashc_gemm_pv<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_o, p_frag, addr.v);
+        }
+        flashc_cp_async_wait<0>(); /* the last (all-zero) K load, before the CTA exits */
+
+        if constexpr (TAIL) {
+            if (!flashc_fwd_tail_combine<THREADS>(p, tail_tile, st, acc_o)) return;
+        }
+        /* Epilogue: O / rowsum (times the dropout rescale), LSE = m + log(sum).
+         * The output pointers are formed only now, to keep the loop's registers
+         * for the accumulators. */
+        const int64_t q_row0 = flashc_fwd_sequence(p, batch).q_start + m0; /* reloaded: not kept live */
+        T *out = flashc_fwd_out_rows<T>(p, batch, head, q_row0);
+        float *lse = flashc_fwd_lse_rows(p, batch, head, q_row0);
+        flashc_fwd_store_rows<T>(p, out, lse, st, acc_o, warp_row0, rows, GENERAL ? p.dropout_rescale : 1.0f, lane);
     };
 
-    for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block) {
-        const int n0 = n_block * BLOCK_N;
-        flashc_cp_async_wait<0>();
-        __syncthreads();
-        flashc_load_tile_async<T, BLOCK_N, HEAD_DIM, THREADS>(sV, v + n0 * p.v_row_stride, p.v_row_stride,
-                                                             seq.sk - n0, p.head_dim_v);
-        flashc_cp_async_commit();
-
-        float acc_s[ROW_ATOMS][COL_ATOMS][4];
-        flashc_gemm_qk<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_s, addr);
-
-        pos.col0 = n0 + 2 * (lane % 4);
-        if (GENERAL) flashc_apply_logit_rule(acc_s, p, pos, alibi_slope_log2);
-        if (flashc_tile_needs_mask(m0, rows, n0, BLOCK_N, seq.sk, shift, p.window_left, p.window_right))
-            flashc_apply_mask(acc_s, pos, p.window_left, p.window_right);
-
-        /* V[n] landed, and every warp is done with K[n]. */
-        flashc_cp_async_wait<0>();
-        __syncthreads();
-        if (EARLY_K_LOAD) start_k_load(n_block);
-        flashc_softmax_update(st, acc_s, acc_o, score_to_log2);
-        if (GENERAL && p.dropout_threshold)
-            flashc_apply_dropout(acc_s, p, batch, head, pos.row0, pos.col0);
-        uint32_t p_frag[ROW_ATOMS][COL_ATOMS / 2][4];
-        flashc_pack_p<T>(p_frag, acc_s);
-
-        if (!EARLY_K_LOAD) start_k_load(n_block);
-        flashc_gemm_pv<T, HEAD_DIM, BLOCK_N, ROW_ATOMS>(acc_o, p_frag, addr.v);
+    if constexpr (TAIL) {
+        /* this CTA's segments (tail_split.h), first the end of one row
+         * block, then the start of the next; iteration it of a row block
+         * is its key block n_block_max - 1 - it */
+        const int segments = flashc_tail_segments(p.tail, blockIdx.x);
+        for (int segment = 0; segment < segments; ++segment) {
+            const flashc_tail_segment seg = flashc_tail_segment_of(p.tail, blockIdx.x, segment);
+            flashc_fwd_row_block blk;
+            if (!flashc_fwd_tail_row_block<T, BLOCK_M, BLOCK_N, THREADS>(p, seg.tile, &blk)) continue;
+            run_row_block(blk, blk.n_block_max - 1 - seg.lo, max(blk.n_block_max - seg.hi, blk.n_block_min),
+                          seg.tile);
+        }
+#if __CUDA_ARCH__ >= 900
+        /* the tail grid ends after the main one (the kernels after it in
+         * the stream wait for this grid only) */
+        asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+    } else {
+        flashc_fwd_row_block blk;
+        if (!flashc_fwd_find_row_block<T, BLOCK_M, BLOCK_N, THREADS>(p, &blk)) return;
+        run_row_block(blk, blk.n_block_max - 1, blk.n_block_min, 0);
     }
-    flashc_cp_async_wait<0>(); /* the last (all-zero) K load, before the CTA exits */
-
-    /* Epilogue: O / rowsum (times the dropout rescale), LSE = m + log(sum).
-     * The output pointers are formed only now, to keep the loop's registers
-     * for the accumulators. */
-    const int64_t q_row0 = flashc_fwd_sequence(p, batch).q_start + m0; /* reloaded: not kept live */
-    T *out = flashc_fwd_out_rows<T>(p, batch, head, q_row0);
-    float *lse = flashc_fwd_lse_rows(p, batch, head, q_row0);
-    flashc_fwd_store_rows<T>(p, out, lse, st, acc_o, warp_row0, rows, GENERAL ? p.dropout_rescale : 1.0f, lane);
 }
 
 #endif

@@ -1,12 +1,18 @@
-/* Launching one forward configuration: the four kernels of a head dim
- * (float16 / bfloat16 x plain / general), the shared-memory opt-in, and the
- * grid of the tile schedule. Each fwd_hdim*.cu instantiates one
- * configuration, so the head dims compile in parallel. */
+/* Launching one forward configuration: the six kernels of a head dim
+ * (float16 / bfloat16 x plain / general / plain tail), the shared-memory
+ * opt-in, and the grid of the tile schedule; with a shared last wave
+ * (tail_split.h) the main grid stops after its last full wave and the
+ * tail grid shares out the last row blocks. Each fwd_hdim*.cu
+ * instantiates one configuration, so the head dims compile in parallel. */
 #ifndef FLASHC_CUDA_FWD_LAUNCH_CUH
 #define FLASHC_CUDA_FWD_LAUNCH_CUH
 
+#include <stdlib.h>
+#include <string.h>
+
 #include <cuda_runtime.h>
 
+#include "backend_shared.h"
 #include "fwd_kernel.cuh"
 #include "fwd_launch.h"
 #include "smem_optin.cuh"
@@ -38,41 +44,151 @@ static inline bool flashc_fwd_grid(const flashc_fwd_params &p, int block_m, dim3
     return true;
 }
 
-template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool EARLY_K_LOAD,
-          bool GENERAL>
-static cudaError_t flashc_fwd_launch(const flashc_fwd_params &p, cudaStream_t stream) {
-    auto kernel = flashc_fwd_kernel<T, HEAD_DIM, BLOCK_M, BLOCK_N, WARPS, CTAS_PER_SM, EARLY_K_LOAD, GENERAL>;
-    constexpr int smem = flashc_fwd_smem_bytes<T, HEAD_DIM, BLOCK_M, BLOCK_N>();
-    if (smem > 48 * 1024) {
-        static unsigned long long smem_raised;
-        cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
-        if (err != cudaSuccess) return err;
-    }
-    dim3 grid;
-    if (!flashc_fwd_grid(p, BLOCK_M, &grid)) return cudaErrorInvalidConfiguration;
-    if (grid.x == 0) return cudaSuccess;
-    kernel<<<grid, WARPS * 32, smem, stream>>>(p);
-    return cudaGetLastError();
+template <typename T, int HEAD_DIM, bool GENERAL, bool TAIL>
+static constexpr auto flashc_fwd_kernel_of() {
+    typedef flashc_fwd_config<HEAD_DIM> C;
+    return flashc_fwd_kernel<T, HEAD_DIM, C::BLOCK_M, GENERAL ? C::BLOCK_N_GENERAL : C::BLOCK_N, C::WARPS,
+                             C::CTAS_PER_SM, C::EARLY_K_LOAD, GENERAL, TAIL>;
 }
 
 template <typename T, int HEAD_DIM, bool GENERAL>
-static cudaError_t flashc_fwd_launch_config(const flashc_fwd_params &p, cudaStream_t stream) {
+static constexpr int flashc_fwd_smem_of() {
     typedef flashc_fwd_config<HEAD_DIM> C;
-    constexpr int BLOCK_N = GENERAL ? C::BLOCK_N_GENERAL : C::BLOCK_N;
-    return flashc_fwd_launch<T, HEAD_DIM, C::BLOCK_M, BLOCK_N, C::WARPS, C::CTAS_PER_SM, C::EARLY_K_LOAD, GENERAL>(
-        p, stream);
+    return flashc_fwd_smem_bytes<T, HEAD_DIM, C::BLOCK_M, GENERAL ? C::BLOCK_N_GENERAL : C::BLOCK_N>();
+}
+
+/* CTAs of `kernel` one SM of the current device holds at once (0 if
+ * unknown), asked once per device. */
+static inline int flashc_fwd_ctas_per_sm(const void *kernel, int threads, int smem, int device, int (&known)[64]) {
+    if (device >= 0 && device < 64 && known[device]) return known[device];
+    int ctas = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, threads, (size_t)smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (device >= 0 && device < 64) known[device] = ctas;
+    return ctas;
+}
+
+/* The shared last wave of the plain kernel (tail_split.h): where every
+ * row block costs the same (no mask or window, not varlen) and the grid
+ * is one pair's row blocks after another, the plan over the device's CTA
+ * slots, and the scratch it needs (slots, then one counter per tail
+ * tile); none where FLASHC_CUDA_FWD_TAIL=0 (for benchmarks of the
+ * choice). */
+template <typename T, int HEAD_DIM>
+static flashc_tail flashc_fwd_tail_of(const flashc_fwd_params &p, const flashc_tile_schedule &s, int device,
+                                      size_t *slots_bytes, size_t *bytes) {
+    typedef flashc_fwd_config<HEAD_DIM> C;
+    constexpr int THREADS = C::WARPS * 32;
+    constexpr int SLOT_BYTES = (C::BLOCK_M / C::WARPS / 16) * (HEAD_DIM / 8 + 1) * 16 * THREADS;
+    flashc_tail none = flashc_tail_plan(0, 0, 0, 0, 0);
+    const char *env = getenv("FLASHC_CUDA_FWD_TAIL");
+    if ((env && strcmp(env, "0") == 0) || flashc_tiles_vary(p) || p.cu_seqlens_q || p.seqlen_k <= 0 ||
+        (s.ranks <= FLASHC_GRID_YZ_MAX && s.pairs > FLASHC_GRID_YZ_MAX))
+        return none;
+    static int known[64];
+    const int per_sm = flashc_fwd_ctas_per_sm((const void *)flashc_fwd_kernel_of<T, HEAD_DIM, false, true>(),
+                                              THREADS, flashc_fwd_smem_of<T, HEAD_DIM, false>(), device, known);
+    const long long iters = ((long long)p.seqlen_k + C::BLOCK_N - 1) / C::BLOCK_N;
+    const flashc_tail t = flashc_tail_plan(s.tiles, iters, per_sm * flashc_cuda_device_sms(device),
+                                           FLASHC_FWD_TILE_START, FLASHC_FWD_TAIL_SLOT);
+    if (!t.ctas) return none;
+    *slots_bytes = ((size_t)t.ctas + (size_t)t.tiles) * SLOT_BYTES;
+    *bytes = *slots_bytes + (size_t)t.tiles * sizeof(int);
+    return t;
+}
+
+/* The tail grid: p.tail.ctas CTAs after the main grid, a programmatic
+ * dependent launch on sm_90+ where the main grid runs (its CTAs then take
+ * the SMs as the main grid's last CTAs leave them). */
+template <typename T, int HEAD_DIM>
+static cudaError_t flashc_fwd_launch_tail(const flashc_fwd_params &p, int device, cudaStream_t stream) {
+    auto kernel = flashc_fwd_kernel_of<T, HEAD_DIM, false, true>();
+    constexpr int smem = flashc_fwd_smem_of<T, HEAD_DIM, false>();
+    int major = 0;
+    cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err != cudaSuccess) return err;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)p.tail.ctas);
+    config.blockDim = dim3(flashc_fwd_config<HEAD_DIM>::WARPS * 32);
+    config.dynamicSmemBytes = (size_t)smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = major >= 9 && p.tail.first > 0 ? 1 : 0;
+    return cudaLaunchKernelEx(&config, kernel, p);
+}
+
+template <typename T, int HEAD_DIM, bool GENERAL>
+static cudaError_t flashc_fwd_launch(const flashc_fwd_params &given, const flashc_fwd_scratch &scratch,
+                                     cudaStream_t stream) {
+    typedef flashc_fwd_config<HEAD_DIM> C;
+    auto kernel = flashc_fwd_kernel_of<T, HEAD_DIM, GENERAL, false>();
+    constexpr int smem = flashc_fwd_smem_of<T, HEAD_DIM, GENERAL>();
+    cudaError_t err;
+    if (smem > 48 * 1024) {
+        static unsigned long long smem_raised;
+        err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
+        if (err != cudaSuccess) return err;
+    }
+    flashc_tile_schedule sched;
+    dim3 grid;
+    if (!flashc_fwd_schedule(given, C::BLOCK_M, &sched) || !flashc_fwd_grid(given, C::BLOCK_M, &grid))
+        return cudaErrorInvalidConfiguration;
+    if (grid.x == 0) return cudaSuccess;
+    flashc_fwd_params p = given;
+    int device = 0;
+    if constexpr (!GENERAL) {
+        if (scratch.allocate) {
+            if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
+            if (smem > 48 * 1024) {
+                static unsigned long long smem_raised;
+                err = flashc_smem_optin((const void *)flashc_fwd_kernel_of<T, HEAD_DIM, false, true>(), smem,
+                                        &smem_raised);
+                if (err != cudaSuccess) return err;
+            }
+            size_t slots_bytes = 0, bytes = 0;
+            const flashc_tail t = flashc_fwd_tail_of<T, HEAD_DIM>(p, sched, device, &slots_bytes, &bytes);
+            /* the slots' float4 and the counters need 16-byte alignment */
+            char *mem = t.ctas ? (char *)scratch.allocate(scratch.context, bytes + 16, scratch.device) : nullptr;
+            if (mem) {
+                mem += (16 - (uintptr_t)mem % 16) % 16;
+                p.tail = t;
+                p.tail_slots = (float *)mem;
+                p.tail_counts = (int *)(mem + slots_bytes);
+                err = cudaMemsetAsync(p.tail_counts, 0, (size_t)t.tiles * sizeof(int), stream);
+                if (err != cudaSuccess) return err;
+                /* the main grid without the pairs wholly in the tail (one
+                 * pair's row blocks after another: y the rank, z the pair) */
+                if (sched.ranks <= FLASHC_GRID_YZ_MAX)
+                    grid.z = (unsigned)((t.first + sched.ranks - 1) / sched.ranks);
+            }
+        }
+    }
+    if (!p.tail.ctas || p.tail.first > 0) {
+        kernel<<<grid, C::WARPS * 32, smem, stream>>>(p);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+    }
+    if constexpr (!GENERAL) {
+        if (p.tail.ctas) return flashc_fwd_launch_tail<T, HEAD_DIM>(p, device, stream);
+    }
+    return cudaSuccess;
 }
 
 /* The run function of one head dim: picks dtype and variant. */
 #define FLASHC_FWD_DEFINE_RUN(HEAD_DIM)                                                                 \
-    cudaError_t flashc_fwd_run_hdim##HEAD_DIM(const flashc_fwd_params *p, void *stream, int is_bf16,    \
-                                              int general) {                                            \
+    cudaError_t flashc_fwd_run_hdim##HEAD_DIM(const flashc_fwd_params *p, const flashc_fwd_scratch *scratch, \
+                                              void *stream, int is_bf16, int general) {                 \
         cudaStream_t s = (cudaStream_t)stream;                                                          \
         if (is_bf16)                                                                                    \
-            return general ? flashc_fwd_launch_config<__nv_bfloat16, HEAD_DIM, true>(*p, s)             \
-                           : flashc_fwd_launch_config<__nv_bfloat16, HEAD_DIM, false>(*p, s);           \
-        return general ? flashc_fwd_launch_config<__half, HEAD_DIM, true>(*p, s)                        \
-                       : flashc_fwd_launch_config<__half, HEAD_DIM, false>(*p, s);                      \
+            return general ? flashc_fwd_launch<__nv_bfloat16, HEAD_DIM, true>(*p, *scratch, s)          \
+                           : flashc_fwd_launch<__nv_bfloat16, HEAD_DIM, false>(*p, *scratch, s);        \
+        return general ? flashc_fwd_launch<__half, HEAD_DIM, true>(*p, *scratch, s)                     \
+                       : flashc_fwd_launch<__half, HEAD_DIM, false>(*p, *scratch, s);                   \
     }
 
 #endif

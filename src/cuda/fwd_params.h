@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "tail_split.h"
+
 /* log2(e) and ln(2): scores move to the log2 domain so the softmax uses
  * ex2. One definition for the host (double) and the kernels (float). */
 #define FLASHC_LOG2E 1.4426950408889634
@@ -41,6 +43,15 @@ typedef struct flashc_fwd_params {
     uint32_t dropout_threshold;     /* 0 = no dropout */
     float dropout_rescale;          /* 1 / (1 - p) */
     uint64_t dropout_seed, dropout_offset;
+
+    /* The portable kernel's shared last wave (tail_split.h), chosen at
+     * launch (fwd_launch.cuh): tail.ctas 0 = none; else the main grid runs
+     * the schedule's first tail.first tiles and the tail grid the rest,
+     * with the segments' slots and each tail tile's counter in scratch
+     * from the caller's allocator. */
+    flashc_tail tail;
+    float *tail_slots;
+    int *tail_counts;
 } flashc_fwd_params;
 
 #endif

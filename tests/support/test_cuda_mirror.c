@@ -164,6 +164,7 @@ void tcuda_case_free(tcuda_case *c) {
     for (int i = 0; i < TCUDA_ALLOCS; ++i)
         if (c->dev[i]) cudaFree(c->dev[i]);
     if (c->workspace) cudaFree(c->workspace);
+    if (c->scratch) cudaFree(c->scratch);
     test_case_free(&c->tc);
     memset(c, 0, sizeof *c);
 }
@@ -205,12 +206,31 @@ static flashc_status finish(tcuda_case *c, flashc_status st) {
     return st;
 }
 
+/* The forward's allocator (context: the case): the case's scratch, grown
+ * when too small, poisoned on the call's stream before the kernels that
+ * use it are queued. */
+static void *scratch_allocate(void *context, size_t bytes, flashc_device device) {
+    tcuda_case *c = context;
+    (void)device;
+    ++c->scratch_requests;
+    if (bytes > c->scratch_bytes) {
+        if (c->scratch) cudaFree(c->scratch);
+        c->scratch = NULL;
+        c->scratch_bytes = 0;
+        if (!cuda_ok(cudaMalloc(&c->scratch, bytes), "cudaMalloc of the forward's scratch")) return NULL;
+        c->scratch_bytes = bytes;
+    }
+    if (!cuda_ok(cudaMemsetAsync(c->scratch, 0xFF, bytes, (cudaStream_t)c->stream), "cudaMemsetAsync (poison)"))
+        return NULL;
+    return c->scratch;
+}
+
 flashc_status tcuda_forward(tcuda_case *c) {
     test_case *tc = &c->tc;
     queue_delay((cudaStream_t)c->stream);
     if (poison(c, &tc->a_out) || poison(c, &tc->a_lse) || poison(c, &tc->a_sdmask))
         return FLASHC_ERROR_BACKEND;
-    flashc_status st = finish(c, flashc_attention_forward(&c->fwd));
+    flashc_status st = finish(c, flashc_attention_forward_allocating(&c->fwd, scratch_allocate, c));
     if (fetch_into(c, &tc->a_out, tc->a_out.bytes) || fetch_into(c, &tc->a_lse, tc->a_lse.bytes) ||
         fetch_into(c, &tc->a_sdmask, tc->a_sdmask.bytes))
         return FLASHC_ERROR_BACKEND;

@@ -52,6 +52,11 @@ typedef struct tcuda_case {
     flashc_backward_args bwd;
     void *workspace;              /* device */
     size_t workspace_bytes;
+    /* The forward's scratch (flashc_attention_forward_allocating), made
+     * on its first request and NaN-poisoned on every one. */
+    void *scratch;
+    size_t scratch_bytes;
+    int scratch_requests;         /* forward calls that asked for it */
     void *stream;                 /* options.stream of every call */
 } tcuda_case;
 
@@ -64,9 +69,10 @@ int tcuda_case_init(tcuda_case *c, const test_config *cfg, uint64_t seed, void *
 int tcuda_case_upload(tcuda_case *c);
 void tcuda_case_free(tcuda_case *c);
 
-/* Poison out, lse and s_dmask on the device, run the forward there, copy
- * them back into c->tc. A launch or kernel failure is printed and returned
- * as FLASHC_ERROR_BACKEND. */
+/* Poison out, lse and s_dmask on the device, run the forward there
+ * (flashc_attention_forward_allocating: scratch from the case, poisoned
+ * before each use), copy them back into c->tc. A launch or kernel failure
+ * is printed and returned as FLASHC_ERROR_BACKEND. */
 flashc_status tcuda_forward(tcuda_case *c);
 /* Poison dq, dk, dv, size, allocate and poison the workspace on the
  * device, run the backward there, copy dq, dk, dv back into c->tc. */

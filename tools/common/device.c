@@ -235,3 +235,23 @@ int flashc_tool_time_calls(void *stream, int count, int (*fn)(void *ctx, int i),
 }
 
 #endif
+
+void *flashc_tool_scratch_allocate(void *context, size_t bytes, flashc_device device) {
+    flashc_tool_scratch *s = context;
+    (void)device; /* the tools run on device 0 */
+    if (bytes <= s->bytes) return s->ptr;
+    flashc_tool_scratch_free(s); /* cudaFree waits for the work that used it */
+    if (flashc_tool_device_alloc(&s->ptr, bytes, "the forward's scratch") != 0 ||
+        flashc_tool_device_fill(s->ptr, 0xFF, bytes) != 0) {
+        flashc_tool_scratch_free(s);
+        return NULL;
+    }
+    s->bytes = bytes;
+    return s->ptr;
+}
+
+void flashc_tool_scratch_free(flashc_tool_scratch *s) {
+    flashc_tool_device_free(s->ptr);
+    s->ptr = NULL;
+    s->bytes = 0;
+}

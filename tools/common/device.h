@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 
+#include "flashc.h"
+
 /* Non-zero when this program can allocate and copy CUDA memory and the
  * library reports a CUDA device. */
 int flashc_tool_cuda_usable(void);
@@ -25,6 +27,19 @@ int flashc_tool_device_copy_to(void *device_dst, const void *host_src, size_t by
 int flashc_tool_device_copy_from(void *host_dst, const void *device_src, size_t bytes);
 /* Every byte of [ptr, ptr + bytes) set to `byte` (0xFF: NaN poison). */
 int flashc_tool_device_fill(void *ptr, int byte, size_t bytes);
+
+/* Scratch for flashc_attention_forward_allocating (a flashc_workspace_allocator
+ * whose context is a flashc_tool_scratch, zero-initialised): one device
+ * buffer, grown on demand (NaN-poisoned when made, so a kernel that reads
+ * scratch it did not write shows) and reused by later calls on the same
+ * stream. */
+typedef struct flashc_tool_scratch {
+    void *ptr;
+    size_t bytes;
+} flashc_tool_scratch;
+
+void *flashc_tool_scratch_allocate(void *context, size_t bytes, flashc_device device);
+void flashc_tool_scratch_free(flashc_tool_scratch *s);
 
 /* A non-blocking stream (the library's calls take it as options.stream). */
 int flashc_tool_stream_create(void **stream);

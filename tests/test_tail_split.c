@@ -1,10 +1,11 @@
-/* The CUDA backward's shared last wave (src/cuda/bwd_tail.h, plain C on
- * the host), by brute force: the tail CTAs' ranges laid over the tail
+/* The CUDA portable kernels' shared last wave (src/cuda/tail_split.h,
+ * plain C on the host), by brute force: the tail CTAs' ranges laid over the tail
  * tiles' iterations must cover each iteration exactly once, each CTA's
  * segments must be its range cut at tile boundaries (one or two), the CTAs
  * the kernel adds in a tile's sum must be exactly those that ran a
  * segment of it, and no two segments may share a slot. A gap or an overlap
- * would drop or double a query block's terms of dK / dV; a wrong CTA list
+ * would drop or double a query block's terms of dK / dV (the backward) or
+ * a key block's of O (the forward); a wrong CTA list
  * would read a slot nobody wrote. Also the plan's choice on the shapes it
  * was made for. */
 #include <setjmp.h>
@@ -18,12 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/cuda/bwd_tail.h"
+#include "../src/cuda/tail_split.h"
 #include "test_support.h"
 
 /* Checks every property of plan t by brute force; returns failures
  * (printed). */
-static int check_tail(const flashc_bwd_tail *t, long long tiles, long long iters, int slots) {
+static int check_tail(const flashc_tail *t, long long tiles, long long iters, int slots) {
     int fails = 0;
     const long long r = tiles % slots;
     if (t->ctas == 0) {
@@ -53,15 +54,15 @@ static int check_tail(const flashc_bwd_tail *t, long long tiles, long long iters
     /* the ranges: [q L / S, (q + 1) L / S), none empty */
     for (int q = 0; q < t->ctas; ++q) {
         const long long lo = (long long)q * total / t->ctas, hi = (long long)(q + 1) * total / t->ctas;
-        if (lo >= hi || flashc_bwd_tail_start(*t, q) != lo || flashc_bwd_tail_start(*t, q + 1) != hi) {
+        if (lo >= hi || flashc_tail_start(*t, q) != lo || flashc_tail_start(*t, q + 1) != hi) {
             fprintf(stderr, "FAIL CTA %d: range [%lld, %lld)\n", q, lo, hi);
             ++fails;
         }
         for (long long x = lo; x < hi; ++x) owner[x] = q;
     }
     for (long long x = 0; x < total && !fails; ++x) {
-        if (flashc_bwd_tail_cta_at(*t, x) != owner[x]) {
-            fprintf(stderr, "FAIL iteration %lld: cta_at %d, owner %d\n", x, flashc_bwd_tail_cta_at(*t, x), owner[x]);
+        if (flashc_tail_cta_at(*t, x) != owner[x]) {
+            fprintf(stderr, "FAIL iteration %lld: cta_at %d, owner %d\n", x, flashc_tail_cta_at(*t, x), owner[x]);
             ++fails;
         }
         const int tile = (int)(x / iters);
@@ -70,15 +71,15 @@ static int check_tail(const flashc_bwd_tail *t, long long tiles, long long iters
     }
     /* the segments: the range cut at tile boundaries, in order */
     for (int q = 0; q < t->ctas && !fails; ++q) {
-        const int n = flashc_bwd_tail_segments(*t, q);
+        const int n = flashc_tail_segments(*t, q);
         if (n < 1 || n > 2) {
             fprintf(stderr, "FAIL CTA %d: %d segments\n", q, n);
             ++fails;
             break;
         }
-        long long at = flashc_bwd_tail_start(*t, q);
+        long long at = flashc_tail_start(*t, q);
         for (int w = 0; w < n; ++w) {
-            const flashc_bwd_tail_segment s = flashc_bwd_tail_segment_of(*t, q, w);
+            const flashc_tail_segment s = flashc_tail_segment_of(*t, q, w);
             const long long begin = (long long)s.tile * iters;
             if (s.tile < 0 || s.tile >= r || s.lo < 0 || s.lo >= s.hi || s.hi > iters || begin + s.lo != at) {
                 fprintf(stderr, "FAIL CTA %d segment %d: tile %d [%d, %d) at %lld\n", q, w, s.tile, s.lo, s.hi, at);
@@ -87,13 +88,13 @@ static int check_tail(const flashc_bwd_tail *t, long long tiles, long long iters
             }
             for (long long x = begin + s.lo; x < begin + s.hi; ++x) ++covered[x];
             at = begin + s.hi;
-            const int slot = flashc_bwd_tail_slot(q, s.tile);
+            const int slot = flashc_tail_slot(q, s.tile);
             if (slot < 0 || slot >= t->ctas + t->tiles || slot_used[slot]++) {
                 fprintf(stderr, "FAIL CTA %d segment %d: slot %d taken or out of range\n", q, w, slot);
                 ++fails;
             }
         }
-        if (at != flashc_bwd_tail_start(*t, q + 1)) {
+        if (at != flashc_tail_start(*t, q + 1)) {
             fprintf(stderr, "FAIL CTA %d: segments end at %lld, not at the range's end\n", q, at);
             ++fails;
         }
@@ -105,7 +106,7 @@ static int check_tail(const flashc_bwd_tail *t, long long tiles, long long iters
         }
     /* the CTAs of each tile's sum */
     for (int tile = 0; tile < r && !fails; ++tile) {
-        const flashc_bwd_tail_ctas c = flashc_bwd_tail_ctas_of(*t, tile);
+        const flashc_tail_ctas c = flashc_tail_ctas_of(*t, tile);
         if (c.first != tile_first[tile] || c.last != tile_last[tile]) {
             fprintf(stderr, "FAIL tile %d: CTAs %d..%d, ran on %d..%d\n", tile, c.first, c.last, tile_first[tile],
                     tile_last[tile]);
@@ -120,53 +121,62 @@ static int check_tail(const flashc_bwd_tail *t, long long tiles, long long iters
     return fails;
 }
 
-/* Random tile counts, lengths and SM counts: fewer tiles than SMs, several
- * waves, one iteration per tile to thousands. */
+/* Random tile counts, lengths, SM counts and costs: fewer tiles than SMs,
+ * several waves, one iteration per tile to thousands. */
 static void random_tails(void **state) {
     (void)state;
     test_rng rng;
-    test_rng_init(&rng, test_seed("bwd tail", 0));
+    test_rng_init(&rng, test_seed("tail split", 0));
     const int count = test_quick() ? 2000 : 20000;
     int fails = 0, tails = 0;
     for (int i = 0; i < count && !fails; ++i) {
         const int slots = (int)test_rng_int(&rng, 1, 200);
         const long long tiles = test_rng_int(&rng, 1, 4 * slots + 3);
         const long long iters = test_rng_int(&rng, 1, i % 10 == 0 ? 3000 : 80);
-        const flashc_bwd_tail t = flashc_bwd_tail_plan(tiles, iters, slots);
+        const int start = (int)test_rng_int(&rng, 0, 3), slot = (int)test_rng_int(&rng, 0, 3);
+        const flashc_tail t = flashc_tail_plan(tiles, iters, slots, start, slot);
         tails += t.ctas > 0;
         if (check_tail(&t, tiles, iters, slots) != 0) {
             fprintf(stderr, "  -> %lld tiles x %lld iterations on %d slots\n", tiles, iters, slots);
             ++fails;
         }
     }
-    printf("bwd tail: %d of %d random plans took a tail\n", tails, count);
+    printf("tail split: %d of %d random plans took a tail\n", tails, count);
     assert_int_equal(fails, 0);
     assert_true(tails > count / 10);
 }
 
-/* The plan on shapes of the H100 / H200 (132 SMs): the standard grid's
- * 2048 tiles of 32 iterations (d128 at 2048 rows) share their last 68
- * tiles over every SM; 128 SMs divide them (no tail); a last wave of 130
- * tiles is nearly full, and 64 tiles of 8 iterations too short to share;
- * 64 tiles of 32 iterations (fewer tiles than SMs) are. Also the empty
- * and degenerate inputs. */
+/* The plan on shapes of the H100 / H200 (132 SMs), with the backward's
+ * costs (a start and a slot of 2 iterations each, bwd_workspace.h): the
+ * standard grid's 2048 tiles of 32 iterations (d128 at 2048 rows) share
+ * their last 68 tiles over every SM; 128 SMs divide them (no tail); a last
+ * wave of 130 tiles is nearly full, and 64 tiles of 8 iterations too short
+ * to share; 64 tiles of 32 iterations (fewer tiles than SMs) are. The
+ * forward's (1 and 1, fwd_config.h) on its 264 CTA slots (two per SM):
+ * the same 2048 tiles leave 200, shared by 264 CTAs. Also the empty and
+ * degenerate inputs. */
 static void plan_choices(void **state) {
     (void)state;
-    flashc_bwd_tail t = flashc_bwd_tail_plan(2048, 32, 132);
+    flashc_tail t = flashc_tail_plan(2048, 32, 132, 2, 2);
     assert_int_equal(t.first, 1980);
     assert_int_equal(t.tiles, 68);
     assert_int_equal(t.ctas, 132);
     assert_int_equal(check_tail(&t, 2048, 32, 132), 0);
-    assert_int_equal(flashc_bwd_tail_plan(2048, 32, 128).ctas, 0);
-    assert_int_equal(flashc_bwd_tail_plan(15 * 132 + 130, 32, 132).ctas, 0);
-    assert_int_equal(flashc_bwd_tail_plan(64, 8, 132).ctas, 0);
-    t = flashc_bwd_tail_plan(64, 32, 132);
+    assert_int_equal(flashc_tail_plan(2048, 32, 128, 2, 2).ctas, 0);
+    assert_int_equal(flashc_tail_plan(15 * 132 + 130, 32, 132, 2, 2).ctas, 0);
+    assert_int_equal(flashc_tail_plan(64, 8, 132, 2, 2).ctas, 0);
+    t = flashc_tail_plan(64, 32, 132, 2, 2);
     assert_int_equal(t.first, 0);
     assert_int_equal(t.ctas, 132);
     assert_int_equal(check_tail(&t, 64, 32, 132), 0);
+    t = flashc_tail_plan(2048, 32, 264, 1, 1);
+    assert_int_equal(t.first, 1848);
+    assert_int_equal(t.tiles, 200);
+    assert_int_equal(t.ctas, 264);
+    assert_int_equal(check_tail(&t, 2048, 32, 264), 0);
     const long long degenerate[][3] = {{0, 32, 132}, {100, 0, 132}, {100, 32, 0}, {-1, 5, 4}};
     for (size_t i = 0; i < sizeof degenerate / sizeof degenerate[0]; ++i) {
-        t = flashc_bwd_tail_plan(degenerate[i][0], degenerate[i][1], (int)degenerate[i][2]);
+        t = flashc_tail_plan(degenerate[i][0], degenerate[i][1], (int)degenerate[i][2], 2, 2);
         assert_int_equal(t.ctas, 0);
         assert_int_equal(t.first, degenerate[i][0]);
     }

@@ -1,4 +1,6 @@
-/* flashc_attention_backward_allocating: the backward in one call, its
+/* The entry points that take the caller's allocator.
+ *
+ * flashc_attention_backward_allocating: the backward in one call, its
  * workspace from the caller's allocator or (CPU, allocate NULL) from the
  * library. Its results are those of the workspace-size query followed by
  * flashc_attention_backward, bit for bit, and correct against the
@@ -6,7 +8,11 @@
  * and the tensors' device, and only after every argument check passed; a
  * failed allocation, workspace fields that are set, and (CUDA) a missing
  * allocator fail with FLASHC_ERROR_WORKSPACE and write nothing. Every other
- * invalid argument is run through it in test_errors.c. */
+ * invalid argument is run through it in test_errors.c.
+ *
+ * flashc_attention_forward_allocating on the CPU: the same bytes as
+ * flashc_attention_forward, the allocator never called (only the CUDA
+ * portable kernels take scratch; test_cuda_forward.c checks those). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -125,9 +131,8 @@ static int check_config(const test_config *cfg, uint64_t seed) {
     return fails;
 }
 
-static void results_equal_the_two_call_backward(void **state) {
-    (void)state;
-    test_config cfgs[5];
+/* Problems of every kind the entry points take (five). */
+static int sample_configs(test_config cfgs[5]) {
     /* GQA, ALiBi (b, h), dropout, dLSE, causal with sq != sk, lengths
      * that are no multiple of any tile */
     cfgs[0] = test_config_shaped(FLASHC_DTYPE_FLOAT32, 2, 4, 2, 24, 40, 37, 70);
@@ -154,6 +159,13 @@ static void results_equal_the_two_call_backward(void **state) {
     cfgs[3].layout = TEST_LAYOUT_PACKED;
     /* the smallest problem: one row, one key, head dim 1 */
     cfgs[4] = test_config_shaped(FLASHC_DTYPE_FLOAT32, 1, 1, 1, 1, 1, 1, 1);
+    return 5;
+}
+
+static void results_equal_the_two_call_backward(void **state) {
+    (void)state;
+    test_config cfgs[5];
+    sample_configs(cfgs);
     int fails = 0;
     for (int i = 0; i < 5; ++i) {
         cfgs[i].with_lse = 1;
@@ -291,6 +303,49 @@ static void cuda_workspace_comes_from_the_caller(void **state) {
     assert_int_equal(rec.device.index, 0);
 }
 
+/* The forward with an allocator on the CPU: out and lse bit for bit those
+ * of flashc_attention_forward, with or without an allocator, which is
+ * never called. */
+static void forward_on_the_cpu_takes_no_scratch(void **state) {
+    (void)state;
+    test_config cfgs[5];
+    const int n = sample_configs(cfgs);
+    int failed = 0;
+    for (int i = 0; i < n; ++i) {
+        test_case tc;
+        if (test_case_init(&tc, &cfgs[i], test_seed("forward allocating", (uint64_t)i)) != 0 ||
+            test_case_forward(&tc) != FLASHC_SUCCESS) {
+            fprintf(stderr, "FAIL setting up forward case %d: %s\n", i, flashc_last_error_message());
+            test_case_free(&tc);
+            ++failed;
+            continue;
+        }
+        unsigned char *out = malloc(tc.a_out.size + 1), *lse = malloc(tc.a_lse.size + 1);
+        memcpy(out, tc.a_out.bytes, tc.a_out.size);
+        memcpy(lse, tc.a_lse.bytes, tc.a_lse.size);
+        recording_allocator rec = {0};
+        for (int with = 0; with < 2; ++with) {
+            test_alloc_poison(&tc.a_out);
+            test_alloc_poison(&tc.a_lse);
+            const flashc_status st =
+                flashc_attention_forward_allocating(&tc.fwd, with ? recording_allocate : NULL, with ? &rec : NULL);
+            if (st != FLASHC_SUCCESS || memcmp(out, tc.a_out.bytes, tc.a_out.size) != 0 ||
+                memcmp(lse, tc.a_lse.bytes, tc.a_lse.size) != 0 || rec.calls != 0) {
+                fprintf(stderr, "FAIL forward case %d (allocator %s): %s (%s), %d allocator call(s), outputs %s\n", i,
+                        with ? "given" : "NULL", flashc_status_string(st), flashc_last_error_message(), rec.calls,
+                        memcmp(out, tc.a_out.bytes, tc.a_out.size) ? "differ" : "equal");
+                ++failed;
+            }
+        }
+        allocator_release(&rec);
+        free(out);
+        free(lse);
+        test_case_free(&tc);
+    }
+    assert_true(n > 0);
+    assert_int_equal(failed, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(results_equal_the_two_call_backward),
@@ -299,6 +354,7 @@ int main(void) {
         cmocka_unit_test(null_arguments_never_allocate),
         cmocka_unit_test(success_clears_the_message),
         cmocka_unit_test(cuda_workspace_comes_from_the_caller),
+        cmocka_unit_test(forward_on_the_cpu_takes_no_scratch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
