@@ -305,6 +305,17 @@ step_sanitize() {
     FLASHC_CUDA_BACKWARD=portable run_sanitizer "memcheck flashc run with portable backward (varlen, GQA, window)" 60 \
         --tool memcheck "$B/flashc" run --batch 3 --heads 4 --kv-heads 2 --seqlen 300 --hdim 128 --varlen --no-causal \
         --window 60,10 --quiet
+    # the portable forward's shared last wave (on an H100 / H200: 24 row
+    # blocks over 96 tail CTAs, no main grid; 288 row blocks, 264 in the
+    # main grid and 24 over 54 tail CTAs)
+    for problem in "--batch 1 --heads 3 --seqlen 1000 --hdim 128" "--batch 2 --heads 16 --seqlen 1100 --hdim 64"; do
+        # shellcheck disable=SC2086
+        FLASHC_CUDA_FORWARD=portable run_sanitizer "memcheck flashc run, portable forward's shared last wave $problem" \
+            60 --tool memcheck "$B/flashc" run $problem --no-causal --forward-only --quiet
+        # shellcheck disable=SC2086
+        FLASHC_CUDA_FORWARD=portable run_sanitizer "racecheck flashc run, portable forward's shared last wave $problem" \
+            90 --tool racecheck --racecheck-report analysis "$B/flashc" run $problem --no-causal --forward-only --quiet
+    done
     for problem in "--hdim 128 --seqlen 300 --no-causal" "--hdim 64 --seqlen 200 --causal --varlen" \
                    "--hdim 256 --seqlen 130 --kv-heads 2 --window 40,8 --no-causal" \
                    "--hdim 64 --seqlen 150 --dropout 0.2 --alibi h" "--hdim 96 --seqlen 100 --softcap 20" \
