@@ -572,6 +572,10 @@ static void shared_last_wave(void **state) {
 
     int sms = 0, failed = 0, took = 0;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 0;
+    /* FLASHC_CUDA_FWD_TAIL=0 (for benchmarks) turns the shared wave off:
+     * the cases then check the plain schedule */
+    const char *tail_env = getenv("FLASHC_CUDA_FWD_TAIL");
+    const int tail_off = tail_env && strcmp(tail_env, "0") == 0;
     for (int i = 0; i < n; ++i) {
         tcuda_case tc;
         const uint64_t seed = test_seed("cuda forward shared last wave", (uint64_t)i);
@@ -586,7 +590,7 @@ static void shared_last_wave(void **state) {
             took += requested > 0;
             printf("shared last wave case %d: scratch %s (%zu bytes)\n", i, requested ? "used" : "not asked for",
                    tc.scratch_bytes);
-            if (!requested && sms == 132) {
+            if (!requested && sms == 132 && !tail_off) {
                 fprintf(stderr, "FAIL the forward asked for no scratch on 132 SMs [%s]\n", desc);
                 ++fails;
             }
@@ -603,7 +607,7 @@ static void shared_last_wave(void **state) {
             ++failed;
         }
     }
-    if (sms >= 28 && took == 0) {
+    if (sms >= 28 && took == 0 && !tail_off) {
         fprintf(stderr, "FAIL no case asked for scratch on %d SMs\n", sms);
         ++failed;
     }
