@@ -16,6 +16,7 @@
 #include "backend_shared.h"
 #include "bwd_kernel.cuh"
 #include "bwd_launch.h"
+#include "dependent_launch.cuh"
 #include "smem_optin.cuh"
 
 template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL, bool TAIL>
@@ -26,32 +27,20 @@ static constexpr auto flashc_bwd_kernel_of() {
                              C::DQ_IN_KV, C::SWIZZLE, GENERAL, TAIL>;
 }
 
-/* The tail grid: p.tail.ctas CTAs after the main grid. */
+/* The tail grid: p.tail.ctas CTAs after the main grid, dependent on it
+ * where the main grid runs. */
 template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL>
 static cudaError_t flashc_bwd_launch_tail(const flashc_bwd_params &p, const flashc_tile_schedule &sched, int stages,
-                                          int smem, int device, cudaStream_t stream) {
+                                          int smem, cudaStream_t stream) {
     typedef flashc_bwd_config<HEAD_DIM, SMALL> C;
     auto kernel = flashc_bwd_kernel_of<T, HEAD_DIM, SMALL, GENERAL, true>();
-    cudaError_t err;
     if (smem > 48 * 1024) {
         static unsigned long long smem_raised;
-        err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
+        cudaError_t err = flashc_smem_optin((const void *)kernel, smem, &smem_raised);
         if (err != cudaSuccess) return err;
     }
-    int major = 0;
-    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (err != cudaSuccess) return err;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)p.tail.ctas);
-    config.blockDim = dim3(C::WARPS * 32);
-    config.dynamicSmemBytes = (size_t)smem;
-    config.stream = stream;
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = major >= 9 && p.tail.first > 0 ? 1 : 0;
-    return cudaLaunchKernelEx(&config, kernel, p, sched, stages);
+    return flashc_launch_dependent(kernel, dim3((unsigned)p.tail.ctas), dim3(C::WARPS * 32), (size_t)smem, stream,
+                                   p.tail.first > 0, p, sched, stages);
 }
 
 template <typename T, int HEAD_DIM, bool SMALL, bool GENERAL>
@@ -92,7 +81,7 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
         err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
-    if (p.tail.ctas) return flashc_bwd_launch_tail<T, HEAD_DIM, SMALL, GENERAL>(p, sched, stages, smem, device, stream);
+    if (p.tail.ctas) return flashc_bwd_launch_tail<T, HEAD_DIM, SMALL, GENERAL>(p, sched, stages, smem, stream);
     return cudaSuccess;
 }
 

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "backend_shared.h"
+#include "dependent_launch.cuh"
 #include "fwd_kernel.cuh"
 #include "fwd_launch.h"
 #include "smem_optin.cuh"
@@ -23,25 +24,18 @@
  * pair only under a mask, widened where the pairs would need more than the
  * FLASHC_GRID_YZ_MAX sections a grid may have. Past FLASHC_GRID_YZ_MAX row
  * blocks (sequences of millions of queries) the row blocks take x and the
- * pairs y and z: pair after pair, as the schedule runs without a mask.
- * False when the problem does not fit a grid. */
-static inline bool flashc_fwd_grid(const flashc_fwd_params &p, int block_m, dim3 *grid) {
-    flashc_tile_schedule s;
-    if (!flashc_fwd_schedule(p, block_m, &s)) return false;
-    if (s.tiles == 0) {
-        *grid = dim3(0, 0, 0);
-        return true;
-    }
+ * pairs y and z: pair after pair, as the schedule runs without a mask. */
+static inline dim3 flashc_fwd_grid(const flashc_tile_schedule &s) {
+    if (s.tiles == 0) return dim3(0, 0, 0);
     if (s.ranks > FLASHC_GRID_YZ_MAX) {
         const long long y = s.pairs < FLASHC_GRID_YZ_MAX ? s.pairs : FLASHC_GRID_YZ_MAX;
-        *grid = dim3((unsigned)s.ranks, (unsigned)y, (unsigned)((s.pairs + y - 1) / y));
-        return true; /* ranks * pairs < 2^31: z <= y */
+        /* ranks * pairs < 2^31: z <= y */
+        return dim3((unsigned)s.ranks, (unsigned)y, (unsigned)((s.pairs + y - 1) / y));
     }
     long long width = s.section; /* >= 1 */
     if ((s.pairs + width - 1) / width > FLASHC_GRID_YZ_MAX)
         width = (s.pairs + FLASHC_GRID_YZ_MAX - 1) / FLASHC_GRID_YZ_MAX;
-    *grid = dim3((unsigned)width, (unsigned)s.ranks, (unsigned)((s.pairs + width - 1) / width));
-    return true;
+    return dim3((unsigned)width, (unsigned)s.ranks, (unsigned)((s.pairs + width - 1) / width));
 }
 
 template <typename T, int HEAD_DIM, bool GENERAL, bool TAIL>
@@ -99,27 +93,14 @@ static flashc_tail flashc_fwd_tail_of(const flashc_fwd_params &p, const flashc_t
     return t;
 }
 
-/* The tail grid: p.tail.ctas CTAs after the main grid, a programmatic
- * dependent launch on sm_90+ where the main grid runs (its CTAs then take
- * the SMs as the main grid's last CTAs leave them). */
+/* The tail grid: p.tail.ctas CTAs after the main grid, dependent on it
+ * where the main grid runs (its CTAs then take the SMs as the main grid's
+ * last CTAs leave them). */
 template <typename T, int HEAD_DIM>
-static cudaError_t flashc_fwd_launch_tail(const flashc_fwd_params &p, int device, cudaStream_t stream) {
-    auto kernel = flashc_fwd_kernel_of<T, HEAD_DIM, false, true>();
-    constexpr int smem = flashc_fwd_smem_of<T, HEAD_DIM, false>();
-    int major = 0;
-    cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (err != cudaSuccess) return err;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)p.tail.ctas);
-    config.blockDim = dim3(flashc_fwd_config<HEAD_DIM>::WARPS * 32);
-    config.dynamicSmemBytes = (size_t)smem;
-    config.stream = stream;
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = major >= 9 && p.tail.first > 0 ? 1 : 0;
-    return cudaLaunchKernelEx(&config, kernel, p);
+static cudaError_t flashc_fwd_launch_tail(const flashc_fwd_params &p, cudaStream_t stream) {
+    return flashc_launch_dependent(flashc_fwd_kernel_of<T, HEAD_DIM, false, true>(), dim3((unsigned)p.tail.ctas),
+                                   dim3(flashc_fwd_config<HEAD_DIM>::WARPS * 32),
+                                   (size_t)flashc_fwd_smem_of<T, HEAD_DIM, false>(), stream, p.tail.first > 0, p);
 }
 
 template <typename T, int HEAD_DIM, bool GENERAL>
@@ -135,14 +116,13 @@ static cudaError_t flashc_fwd_launch(const flashc_fwd_params &given, const flash
         if (err != cudaSuccess) return err;
     }
     flashc_tile_schedule sched;
-    dim3 grid;
-    if (!flashc_fwd_schedule(given, C::BLOCK_M, &sched) || !flashc_fwd_grid(given, C::BLOCK_M, &grid))
-        return cudaErrorInvalidConfiguration;
+    if (!flashc_fwd_schedule(given, C::BLOCK_M, &sched)) return cudaErrorInvalidConfiguration;
+    dim3 grid = flashc_fwd_grid(sched);
     if (grid.x == 0) return cudaSuccess;
     flashc_fwd_params p = given;
-    int device = 0;
     if constexpr (!GENERAL) {
         if (scratch.allocate) {
+            int device = 0;
             if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
             if (smem > 48 * 1024) {
                 static unsigned long long smem_raised;
@@ -174,7 +154,7 @@ static cudaError_t flashc_fwd_launch(const flashc_fwd_params &given, const flash
         if (err != cudaSuccess) return err;
     }
     if constexpr (!GENERAL) {
-        if (p.tail.ctas) return flashc_fwd_launch_tail<T, HEAD_DIM>(p, device, stream);
+        if (p.tail.ctas) return flashc_fwd_launch_tail<T, HEAD_DIM>(p, stream);
     }
     return cudaSuccess;
 }

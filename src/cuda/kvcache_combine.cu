@@ -9,6 +9,7 @@
  * sums; lanes take 4-column chunks. */
 #include <math.h>
 
+#include "dependent_launch.cuh"
 #include "fwd_params.h"
 #include "kvcache_launch.h"
 #include "launch_grid.h"
@@ -101,19 +102,7 @@ cudaError_t flashc_kvc_combine(const flashc_kvc_params *p, void *stream, int is_
     unsigned grid;
     cudaError_t err = flashc_flat_grid(p->partial_rows, 1, 1, &grid);
     if (err != cudaSuccess || grid == 0) return err;
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
-        return cudaGetLastError();
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(grid);
-    config.blockDim = dim3(FLASHC_KVC_COMBINE_THREADS);
-    config.stream = (cudaStream_t)stream;
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = major >= 9 ? 1 : 0;
-    return is_bf16 ? cudaLaunchKernelEx(&config, flashc_kvc_combine_kernel<__nv_bfloat16>, *p)
-                   : cudaLaunchKernelEx(&config, flashc_kvc_combine_kernel<__half>, *p);
+    auto kernel = is_bf16 ? flashc_kvc_combine_kernel<__nv_bfloat16> : flashc_kvc_combine_kernel<__half>;
+    return flashc_launch_dependent(kernel, dim3(grid), dim3(FLASHC_KVC_COMBINE_THREADS), 0, (cudaStream_t)stream,
+                                   true, *p);
 }
