@@ -358,9 +358,7 @@ static size_t backward_workspace(const tcuda_case *c) {
 static void shared_last_wave(void **state) {
     (void)state;
     REQUIRE_GPU();
-    const char *given = getenv("FLASHC_CUDA_BACKWARD");
-    char *restore = given ? strdup(given) : NULL;
-    setenv("FLASHC_CUDA_BACKWARD", "portable", 1);
+    char *restore = tcuda_env_set("FLASHC_CUDA_BACKWARD", "portable");
     int n = 0;
     /* GQA (enough tiles for the plan not to split the group instead):
      * 288 tiles, two waves and 24 tiles of 10 iterations over 60 CTAs */
@@ -412,11 +410,7 @@ static void shared_last_wave(void **state) {
         }
     }
     tcuda_run_cases("cuda backward shared last wave", cfgs, n, 1);
-    if (restore)
-        setenv("FLASHC_CUDA_BACKWARD", restore, 1);
-    else
-        unsetenv("FLASHC_CUDA_BACKWARD");
-    free(restore);
+    tcuda_env_restore("FLASHC_CUDA_BACKWARD", restore);
     if (failed) fail_msg("cuda shared last wave: %d checks failed", failed);
 }
 

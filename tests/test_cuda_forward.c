@@ -10,7 +10,6 @@
  * reference Philox mask bit for bit. Error paths specific to CUDA.
  *
  * Where no GPU is usable (CI), every test is skipped. */
-#define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -552,9 +551,7 @@ static void bitwise_reproducible(void **state) {
 static void shared_last_wave(void **state) {
     (void)state;
     REQUIRE_GPU();
-    const char *given = getenv("FLASHC_CUDA_FORWARD");
-    char *restore = given ? strdup(given) : NULL;
-    setenv("FLASHC_CUDA_FORWARD", "portable", 1);
+    char *restore = tcuda_env_set("FLASHC_CUDA_FORWARD", "portable");
     int n = 0;
     test_config c = test_config_shaped(FLASHC_DTYPE_BFLOAT16, 1, 3, 3, 128, 128, 1000, 1500);
     c.with_lse = 1;
@@ -611,11 +608,7 @@ static void shared_last_wave(void **state) {
         fprintf(stderr, "FAIL no case asked for scratch on %d SMs\n", sms);
         ++failed;
     }
-    if (restore)
-        setenv("FLASHC_CUDA_FORWARD", restore, 1);
-    else
-        unsetenv("FLASHC_CUDA_FORWARD");
-    free(restore);
+    tcuda_env_restore("FLASHC_CUDA_FORWARD", restore);
     if (failed) fail_msg("cuda forward shared last wave: %d failures", failed);
 }
 

@@ -1,7 +1,7 @@
 /* CUDA test cases: configs the CUDA backend takes, aligned strided views,
  * the comparison with the CPU backend on the same inputs, and the runner
  * that puts a case through every check. */
-#define _POSIX_C_SOURCE 199309L /* clock_gettime */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv, strdup */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -347,6 +347,23 @@ int tcuda_check_backward_against_cpu(tcuda_case *c) {
 done:
     for (int i = 0; i < 3; ++i) free(gpu[i]);
     return fails;
+}
+
+/* ---- Environment ---------------------------------------------------------- */
+
+char *tcuda_env_set(const char *name, const char *value) {
+    const char *given = getenv(name);
+    char *saved = given ? strdup(given) : NULL;
+    setenv(name, value, 1);
+    return saved;
+}
+
+void tcuda_env_restore(const char *name, char *saved) {
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
 }
 
 /* ---- Running cases -------------------------------------------------------- */

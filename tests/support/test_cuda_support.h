@@ -24,6 +24,13 @@ int tcuda_available(void);
  * case waits for the whole stream). */
 void *tcuda_side_stream(void);
 
+/* Sets environment variable `name` to `value` (a test forcing a kernel
+ * path, e.g. FLASHC_CUDA_FORWARD=portable) and returns its previous
+ * value (malloc'ed; NULL where it was unset) for tcuda_env_restore, which
+ * puts it back and frees it. */
+char *tcuda_env_set(const char *name, const char *value);
+void tcuda_env_restore(const char *name, char *saved);
+
 /* A config the CUDA backend takes, from a shared-grid config: float32 and
  * float64 become `lowp`, head dims round up to multiples of 8, thread
  * counts are dropped. A PADDED layout stays PADDED: tcuda_case_init pads
