@@ -18,7 +18,8 @@
  * second GEMM (and the softmax too when issued early). No barrier sits
  * between the softmax and P V, so the exponentials of late columns can
  * run under the mma of early ones. The epilogue divides by the row sums and
- * writes O and LSE straight from the fragments.
+ * writes LSE from the fragments and O through the Q tile in shared memory
+ * (16-byte stores).
  *
  * GENERAL selects the variant with softcap, ALiBi and dropout (run-time
  * switches inside); the plain variant leaves them out of the inner loop.
@@ -314,8 +315,9 @@ static __device__ __forceinline__ bool flashc_fwd_tail_combine(const flashc_fwd_
     return true;
 }
 
-/* Epilogue of one warp: O / rowsum (times `rescale`, the dropout factor)
- * and LSE = m + log(sum), straight from the fragments; `out` and `lse`
+/* Epilogue of one warp straight from the fragments (the Hopper forward's;
+ * the portable kernel stages its rows, below): O / rowsum (times
+ * `rescale`, the dropout factor) and LSE = m + log(sum); `out` and `lse`
  * point at the block's first row, warp_row0 is the warp's first row in the
  * block, rows past `rows` are not written. */
 template <typename T, int ROW_ATOMS, int OUT_ATOMS>
@@ -344,6 +346,57 @@ static __device__ __forceinline__ void flashc_fwd_store_rows(const flashc_fwd_pa
                 lse[row * p.lse_row_stride] =
                     sum > 0.0f ? (st.row_max[r] + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
         }
+}
+
+/* The portable kernel's epilogue of one warp: O / rowsum (times `rescale`,
+ * the dropout factor) and LSE = m + log(sum). `out` and `lse` point at the block's first row,
+ * warp_row0 is the warp's first row in the block, rows past `rows` are not
+ * written. O goes out through shared memory: the warp's rows of the
+ * fragments into `stage` (the CTA's Q tile, layout L, which no warp reads
+ * after the last Q K^T), then back as whole 16-byte chunks, so that the
+ * global stores are 16 bytes a lane and a row's lanes adjacent (a quarter
+ * of the store instructions of 4-byte stores straight from the fragments,
+ * each of which half-filled 8 sectors; the epilogue took 3.6 us of a 103
+ * us d128 CTA, bench/NOTES.md). Only this warp touches its rows: no CTA
+ * barrier. */
+template <typename T, int HEAD_DIM, int ROW_ATOMS, int OUT_ATOMS, class L>
+static __device__ __forceinline__ void flashc_fwd_store_rows_staged(const flashc_fwd_params &p, T *out, float *lse,
+                                                                    const flashc_softmax_state<ROW_ATOMS> &st,
+                                                                    const float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4],
+                                                                    unsigned char *stage, int warp_row0, int rows,
+                                                                    float rescale, int lane) {
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = 2 * i + half;
+            const float sum = flashc_quad_sum(st.row_sum[r]);
+            const int row = warp_row0 + 16 * i + 8 * half + lane / 4; /* within the block */
+            const float inv = sum > 0.0f ? rescale / sum : 0.0f;
+#pragma unroll
+            for (int d = 0; d < OUT_ATOMS; ++d)
+                *reinterpret_cast<uint32_t *>(stage + L::offset(row, d) + 4 * (lane % 4)) =
+                    flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
+            if (lse && lane % 4 == 0 && row < rows)
+                lse[row * p.lse_row_stride] =
+                    sum > 0.0f ? (st.row_max[r] + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
+        }
+    __syncwarp();
+    constexpr int CHUNKS = HEAD_DIM / 8; /* 16-byte chunks of a row */
+    constexpr int ROW_LANES = CHUNKS < 32 ? CHUNKS : 32;
+    constexpr int ROW_STEP = 32 / ROW_LANES; /* rows per store instruction */
+    constexpr int WARP_ROWS = 16 * ROW_ATOMS;
+    if (lane >= ROW_STEP * ROW_LANES) return; /* 12 or 24 chunks a row: the last lanes sit out */
+    const int c0 = lane % ROW_LANES;
+#pragma unroll
+    for (int rr = 0; rr < WARP_ROWS; rr += ROW_STEP) {
+        const int row = warp_row0 + rr + lane / ROW_LANES;
+#pragma unroll
+        for (int c = c0; c < CHUNKS; c += ROW_LANES)
+            if (row < rows && c * 8 < p.head_dim_v)
+                *reinterpret_cast<uint4 *>(out + row * p.o_row_stride + c * 8) =
+                    *reinterpret_cast<const uint4 *>(stage + L::offset(row, c));
+    }
 }
 
 template <typename T, int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int CTAS_PER_SM, bool EARLY_K_LOAD,
@@ -462,7 +515,11 @@ __global__ void __launch_bounds__(WARPS * 32, CTAS_PER_SM) flashc_fwd_kernel(con
         const int64_t q_row0 = flashc_fwd_sequence(p, batch).q_start + m0; /* reloaded: not kept live */
         T *out = flashc_fwd_out_rows<T>(p, batch, head, q_row0);
         float *lse = flashc_fwd_lse_rows(p, batch, head, q_row0);
-        flashc_fwd_store_rows<T>(p, out, lse, st, acc_o, warp_row0, rows, GENERAL ? p.dropout_rescale : 1.0f, lane);
+        flashc_fwd_store_rows_staged<T, HEAD_DIM, ROW_ATOMS, OUT_ATOMS, L>(
+            p, out, lse, st, acc_o, reinterpret_cast<unsigned char *>(sQ), warp_row0, rows,
+            GENERAL ? p.dropout_rescale : 1.0f, lane);
+        /* the next tail segment loads its Q into the staging rows */
+        if constexpr (TAIL) __syncthreads();
     };
 
     if constexpr (TAIL) {
