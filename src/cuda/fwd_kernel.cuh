@@ -315,6 +315,17 @@ static __device__ __forceinline__ bool flashc_fwd_tail_combine(const flashc_fwd_
     return true;
 }
 
+/* A finished row of the epilogues below, from its running maximum m (log2
+ * units) and its row sum: the factor of its O fragments (`rescale`, the
+ * dropout factor, over the sum) and its LSE = m + log(sum) in natural
+ * units; a row that saw no key gets 0 and +inf. */
+static __device__ __forceinline__ float flashc_fwd_row_factor(float rescale, float sum) {
+    return sum > 0.0f ? rescale / sum : 0.0f;
+}
+static __device__ __forceinline__ float flashc_fwd_row_lse(float row_max, float sum) {
+    return sum > 0.0f ? (row_max + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
+}
+
 /* Epilogue of one warp straight from the fragments (the Hopper forward's;
  * the portable kernel stages its rows, below): O / rowsum (times
  * `rescale`, the dropout factor) and LSE = m + log(sum); `out` and `lse`
@@ -333,7 +344,7 @@ static __device__ __forceinline__ void flashc_fwd_store_rows(const flashc_fwd_pa
             const float sum = flashc_quad_sum(st.row_sum[r]);
             const int row = warp_row0 + 16 * i + 8 * half + lane / 4; /* within the block */
             if (row >= rows) continue;
-            const float inv = sum > 0.0f ? rescale / sum : 0.0f;
+            const float inv = flashc_fwd_row_factor(rescale, sum);
             T *o_row = out + row * p.o_row_stride;
 #pragma unroll
             for (int d = 0; d < OUT_ATOMS; ++d) {
@@ -344,7 +355,7 @@ static __device__ __forceinline__ void flashc_fwd_store_rows(const flashc_fwd_pa
             }
             if (lse && lane % 4 == 0)
                 lse[row * p.lse_row_stride] =
-                    sum > 0.0f ? (st.row_max[r] + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
+                    flashc_fwd_row_lse(st.row_max[r], sum);
         }
 }
 
@@ -372,14 +383,14 @@ static __device__ __forceinline__ void flashc_fwd_store_rows_staged(const flashc
             const int r = 2 * i + half;
             const float sum = flashc_quad_sum(st.row_sum[r]);
             const int row = warp_row0 + 16 * i + 8 * half + lane / 4; /* within the block */
-            const float inv = sum > 0.0f ? rescale / sum : 0.0f;
+            const float inv = flashc_fwd_row_factor(rescale, sum);
 #pragma unroll
             for (int d = 0; d < OUT_ATOMS; ++d)
                 *reinterpret_cast<uint32_t *>(stage + L::offset(row, d) + 4 * (lane % 4)) =
                     flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
             if (lse && lane % 4 == 0 && row < rows)
                 lse[row * p.lse_row_stride] =
-                    sum > 0.0f ? (st.row_max[r] + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
+                    flashc_fwd_row_lse(st.row_max[r], sum);
         }
     __syncwarp();
     constexpr int CHUNKS = HEAD_DIM / 8; /* 16-byte chunks of a row */
