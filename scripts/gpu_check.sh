@@ -38,6 +38,8 @@
 #   PYTEST_ARGS  pytest arguments, split at spaces (default "-k cuda": the
 #                CUDA tests; set it empty for the whole suite)
 #   CUDA_ARCHS   CMAKE_CUDA_ARCHITECTURES (default: the project's choice)
+#   CUDA_FLAGS   nvcc flags added to -Xptxas=-v (e.g. a kernel variant's
+#                macro, -DFLASHC_TAIL_RAMP=3; use its own BUILD_DIR)
 #   JOBS         build parallelism (16); BUILD_DIR (build-gpu)
 #   DEADLINE_S   seconds the whole run may take (560): each step is cut
 #                to what is left, so the logs come back within the call
@@ -83,6 +85,7 @@ if [ -d "$DEPS/cmocka" ]; then
     export LD_LIBRARY_PATH="$DEPS/cmocka/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 if [ -n "${CUDA_ARCHS:-}" ]; then CMAKE_EXTRA+=("-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS"); fi
+NVCC_FLAGS="-Xptxas=-v${CUDA_FLAGS:+ $CUDA_FLAGS}"
 GENERATOR=()
 if command -v ninja >/dev/null 2>&1; then GENERATOR=(-G Ninja); fi
 LIB="$B/src/libflashc.so"
@@ -104,7 +107,7 @@ step_build() {
         echo "# $(date -u '+%F %T UTC')  $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
         echo "# $(nvcc --version | tail -1); $(cmake --version | head -1)"
         cmake -S . -B "$B" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHC_CUDA=ON \
-            -DCMAKE_CUDA_FLAGS="-Xptxas=-v" "${CMAKE_EXTRA[@]}"
+            -DCMAKE_CUDA_FLAGS="$NVCC_FLAGS" "${CMAKE_EXTRA[@]}"
     } > "$OUT/build.log" 2>&1 || return 1
     timeout "$(budget 330)" cmake --build "$B" -j "$JOBS" >> "$OUT/build.log" 2>&1 || return 1
     # ptxas -v, per kernel: the lines that matter for speed
@@ -387,7 +390,7 @@ step_pytest() {
     # and options): nothing is compiled again.
     local settings=(-C "build-dir=$B" -C cmake.build-type=Release -C cmake.define.FLASHC_CUDA=ON
                     -C cmake.define.FLASHC_BUILD_TESTS=ON -C cmake.define.FLASHC_BUILD_TOOLS=ON
-                    -C "cmake.define.CMAKE_CUDA_FLAGS=-Xptxas=-v")
+                    -C "cmake.define.CMAKE_CUDA_FLAGS=$NVCC_FLAGS")
     [ -n "${CUDA_ARCHS:-}" ] && settings+=(-C "cmake.define.CMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS")
     [ -d "$DEPS/cmocka" ] && settings+=(-C "cmake.define.CMAKE_PREFIX_PATH=$DEPS/cmocka")
     if ! timeout "$(budget 150)" python3 -m pip install --no-build-isolation --no-deps --no-cache-dir \

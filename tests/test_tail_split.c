@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,14 +52,30 @@ static int check_tail(const flashc_tail *t, long long tiles, long long iters, in
     assert_non_null(tile_first);
     assert_non_null(tile_last);
     for (long long i = 0; i < r; ++i) tile_first[i] = -1, tile_last[i] = -1;
-    /* the ranges: [q L / S, (q + 1) L / S), none empty */
+    /* the ranges: [q L / S, (q + 1) L / S), or with a ramp x the floors
+     * of L W(q) / S, W(q) = q (1 + x) - x q (q - 1) / (S - 1) (in long
+     * double here); none empty, none longer than a tile, from 0 to L */
+    const long double x_ramp = t->ramp / 16.0L, s1 = t->ctas > 1 ? t->ctas - 1 : 1;
     for (int q = 0; q < t->ctas; ++q) {
-        const long long lo = (long long)q * total / t->ctas, hi = (long long)(q + 1) * total / t->ctas;
-        if (lo >= hi || flashc_tail_start(*t, q) != lo || flashc_tail_start(*t, q + 1) != hi) {
-            fprintf(stderr, "FAIL CTA %d: range [%lld, %lld)\n", q, lo, hi);
+        long long lo = (long long)q * total / t->ctas, hi = (long long)(q + 1) * total / t->ctas;
+        if (t->ramp) {
+            const long double w0 = q * (1 + x_ramp) - x_ramp * q * (q - 1) / s1,
+                              w1 = (q + 1) * (1 + x_ramp) - x_ramp * (q + 1) * q / s1;
+            lo = (long long)floorl(total * w0 / t->ctas + 1e-9L);
+            hi = q + 1 == t->ctas ? total : (long long)floorl(total * w1 / t->ctas + 1e-9L);
+        }
+        if (lo >= hi || hi - lo > iters || (q == 0 && lo != 0) || flashc_tail_start(*t, q) != lo ||
+            flashc_tail_start(*t, q + 1) != hi) {
+            fprintf(stderr, "FAIL CTA %d (ramp %d): range [%lld, %lld), start %lld .. %lld\n", q, t->ramp, lo, hi,
+                    flashc_tail_start(*t, q), flashc_tail_start(*t, q + 1));
             ++fails;
+            break;
         }
         for (long long x = lo; x < hi; ++x) owner[x] = q;
+    }
+    if (!fails && flashc_tail_start(*t, t->ctas) != total) {
+        fprintf(stderr, "FAIL the ranges end at %lld, not %lld\n", flashc_tail_start(*t, t->ctas), total);
+        ++fails;
     }
     for (long long x = 0; x < total && !fails; ++x) {
         if (flashc_tail_cta_at(*t, x) != owner[x]) {
@@ -128,22 +145,27 @@ static void random_tails(void **state) {
     test_rng rng;
     test_rng_init(&rng, test_seed("tail split", 0));
     const int count = test_quick() ? 2000 : 20000;
-    int fails = 0, tails = 0;
+    int fails = 0, tails = 0, ramps = 0;
     for (int i = 0; i < count && !fails; ++i) {
         const int slots = (int)test_rng_int(&rng, 1, 200);
         const long long tiles = test_rng_int(&rng, 1, 4 * slots + 3);
         const long long iters = test_rng_int(&rng, 1, i % 10 == 0 ? 3000 : 80);
         const int start = (int)test_rng_int(&rng, 0, 3), slot = (int)test_rng_int(&rng, 0, 3);
-        const flashc_tail t = flashc_tail_plan(tiles, iters, slots, start, slot);
+        const int ramp = i % 3 == 0 ? 0 : (int)test_rng_int(&rng, 1, FLASHC_TAIL_RAMP_MAX + 2);
+        const flashc_tail t = flashc_tail_ramped(flashc_tail_plan(tiles, iters, slots, start, slot), ramp);
         tails += t.ctas > 0;
-        if (check_tail(&t, tiles, iters, slots) != 0) {
-            fprintf(stderr, "  -> %lld tiles x %lld iterations on %d slots\n", tiles, iters, slots);
+        ramps += t.ramp > 0;
+        const int too_steep = t.ramp && (long long)t.tiles * (16 + t.ramp) > 16LL * t.ctas;
+        if (t.ramp > ramp || t.ramp > FLASHC_TAIL_RAMP_MAX || too_steep || check_tail(&t, tiles, iters, slots) != 0) {
+            fprintf(stderr, "  -> %lld tiles x %lld iterations on %d slots, ramp %d of %d\n", tiles, iters, slots,
+                    t.ramp, ramp);
             ++fails;
         }
     }
-    printf("tail split: %d of %d random plans took a tail\n", tails, count);
+    printf("tail split: %d of %d random plans took a tail, %d of them a ramp\n", tails, count, ramps);
     assert_int_equal(fails, 0);
     assert_true(tails > count / 10);
+    assert_true(ramps > tails / 4);
 }
 
 /* The plan on shapes of the H100 / H200 (132 SMs), with the backward's
@@ -174,6 +196,18 @@ static void plan_choices(void **state) {
     assert_int_equal(t.tiles, 200);
     assert_int_equal(t.ctas, 264);
     assert_int_equal(check_tail(&t, 2048, 32, 264), 0);
+    /* falling shares, 3 sixteenths: the first CTA 28 key blocks, the last
+     * 20 (mean 24.2); a ramp past what keeps the first share within a
+     * tile is cut (200 tiles on 264 CTAs: at most 5), none where one CTA
+     * or no tail */
+    flashc_tail ramped = flashc_tail_ramped(t, 3);
+    assert_int_equal(ramped.ramp, 3);
+    assert_int_equal(flashc_tail_start(ramped, 1), 28);
+    assert_int_equal(flashc_tail_start(ramped, 264) - flashc_tail_start(ramped, 263), 20);
+    assert_int_equal(check_tail(&ramped, 2048, 32, 264), 0);
+    assert_int_equal(flashc_tail_ramped(t, 7).ramp, 5);
+    assert_int_equal(flashc_tail_ramped(t, 0).ramp, 0);
+    assert_int_equal(flashc_tail_ramped(flashc_tail_plan(2048, 32, 128, 2, 2), 3).ramp, 0);
     const long long degenerate[][3] = {{0, 32, 132}, {100, 0, 132}, {100, 32, 0}, {-1, 5, 4}};
     for (size_t i = 0; i < sizeof degenerate / sizeof degenerate[0]; ++i) {
         t = flashc_tail_plan(degenerate[i][0], degenerate[i][1], (int)degenerate[i][2], 2, 2);
