@@ -354,15 +354,14 @@ static __device__ __forceinline__ void flashc_fwd_store_rows(const flashc_fwd_pa
                         flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
             }
             if (lse && lane % 4 == 0)
-                lse[row * p.lse_row_stride] =
-                    flashc_fwd_row_lse(st.row_max[r], sum);
+                lse[row * p.lse_row_stride] = flashc_fwd_row_lse(st.row_max[r], sum);
         }
 }
 
-/* The portable kernel's epilogue of one warp: O / rowsum (times `rescale`,
- * the dropout factor) and LSE = m + log(sum). `out` and `lse` point at the block's first row,
- * warp_row0 is the warp's first row in the block, rows past `rows` are not
- * written. O goes out through shared memory: the warp's rows of the
+/* The portable kernel's epilogue of one warp: O / rowsum (times
+ * `rescale`, the dropout factor) and LSE = m + log(sum). `out` and `lse`
+ * point at the block's first row, warp_row0 is the warp's first row in
+ * the block, rows past `rows` are not written. O goes out through shared memory: the warp's rows of the
  * fragments into `stage` (the CTA's Q tile, layout L, which no warp reads
  * after the last Q K^T), then back as whole 16-byte chunks, so that the
  * global stores are 16 bytes a lane and a row's lanes adjacent (a quarter
@@ -389,8 +388,7 @@ static __device__ __forceinline__ void flashc_fwd_store_rows_staged(const flashc
                 *reinterpret_cast<uint32_t *>(stage + L::offset(row, d) + 4 * (lane % 4)) =
                     flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
             if (lse && lane % 4 == 0 && row < rows)
-                lse[row * p.lse_row_stride] =
-                    flashc_fwd_row_lse(st.row_max[r], sum);
+                lse[row * p.lse_row_stride] = flashc_fwd_row_lse(st.row_max[r], sum);
         }
     __syncwarp();
     constexpr int CHUNKS = HEAD_DIM / 8; /* 16-byte chunks of a row */

@@ -77,12 +77,13 @@ FLASHC_HD flashc_tail flashc_tail_plan(long long tiles, long long iters, int slo
     return t;
 }
 
-/* The forward's ramp in sixteenths (fwd_launch.cuh; the backward's
- * shares are equal). 0: equal shares, and the kernels built without the
- * ramp's code, until it is measured on a GPU (bench/NOTES.md, "the
- * falling-share tail"); a build with -DFLASHC_TAIL_RAMP=n in
- * CMAKE_CUDA_FLAGS ramps by n, or by FLASHC_CUDA_FWD_TAIL_RAMP where that
- * is set. The host code (the plan, the tests) always has the ramp. */
+/* The forward's ramp in sixteenths (fwd_launch.cuh). 0: equal shares,
+ * and the kernels built without the ramp's code, until it is measured on
+ * a GPU (bench/NOTES.md, "the falling-share tail"). A build with
+ * -DFLASHC_TAIL_RAMP=n in CMAKE_CUDA_FLAGS ramps the forward's tail by n,
+ * or by FLASHC_CUDA_FWD_TAIL_RAMP where that is set, and the backward's
+ * by FLASHC_CUDA_BWD_TAIL_RAMP where that is set (else its shares stay
+ * equal). The host code (the plans, the tests) always has the ramp. */
 #ifndef FLASHC_TAIL_RAMP
 #define FLASHC_TAIL_RAMP 0
 #endif
