@@ -216,10 +216,54 @@ static void plan_choices(void **state) {
     }
 }
 
+/* Plans too large to lay out (up to 2^31 - 1 iterations a tile, 4096
+ * slots): the ramped starts against L W(q) / S in long double, rising
+ * from 0 to L, no share longer than a tile, cta_at the inverse of start;
+ * the ramp dropped where the 63-bit arithmetic would not hold it. */
+static void large_plans(void **state) {
+    (void)state;
+    const long long cases[][3] = {
+        /* tiles, iterations, slots */
+        {2048 + 200, 0x7fffffffLL, 264}, {3 * 1056 + 1000, 0x7fffffffLL, 1056}, {100, 1000000, 132},
+        {4096 + 4000, 0x7fffffffLL, 4096}, {2 * 4096 + 200, 0x7fffffffLL, 4096}, {5 * 528 + 17, 123457, 528}};
+    int fails = 0, ramped = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        const long long tiles = cases[i][0], iters = cases[i][1];
+        const int slots = (int)cases[i][2];
+        const flashc_tail t = flashc_tail_ramped(flashc_tail_plan(tiles, iters, slots, 1, 1), 3);
+        assert_true(t.ctas > 0);
+        const long long total = (long long)t.tiles * t.iters;
+        const long double den = 16.0L * t.ctas * (t.ctas - 1);
+        if (total > (long double)(1LL << 62) / den) {
+            assert_int_equal(t.ramp, 0); /* would overflow */
+            continue;
+        }
+        ramped += t.ramp > 0;
+        const long double x = t.ramp / 16.0L, s1 = t.ctas - 1;
+        long long prev = flashc_tail_start(t, 0);
+        if (prev != 0) ++fails;
+        for (int q = 1; q <= t.ctas && !fails; ++q) {
+            const long long at = flashc_tail_start(t, q);
+            const long double want = total * (q * (1 + x) - x * q * (q - 1.0L) / s1) / t.ctas;
+            if (at <= prev || at - prev > iters || fabsl((long double)at - want) > 1.0L ||
+                (q == t.ctas && at != total) || flashc_tail_cta_at(t, at - 1) != q - 1 ||
+                (q < t.ctas && flashc_tail_cta_at(t, at) != q)) {
+                fprintf(stderr, "FAIL %lld tiles x %lld on %d slots, ramp %d: CTA %d starts at %lld (want %.2Lf)\n",
+                        tiles, iters, slots, t.ramp, q, at, want);
+                ++fails;
+            }
+            prev = at;
+        }
+    }
+    assert_int_equal(fails, 0);
+    assert_true(ramped >= 3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(random_tails),
         cmocka_unit_test(plan_choices),
+        cmocka_unit_test(large_plans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
