@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Two builds of the CUDA library that differ only in nvcc flags (a kernel
-# variant behind a macro), timed against each other on one GPU in one call:
+# Two builds of the library that differ only in compiler flags (a kernel
+# variant behind a macro), timed against each other on one GPU (or the CPU)
+# in one call:
 # both builds of flashc_bench, then ROUNDS rounds of the same flashc_bench
 # arguments on each, the order of the two turned every round (the card's
 # clocks drift over a minute; a fixed order would put the drift in the
@@ -9,16 +10,20 @@
 #   VARIANT_FLAGS="-DFLASHC_TAIL_RAMP=3" BENCH_ENV="FLASHC_CUDA_FORWARD=portable" \
 #     bash bench/build_ab.sh --hdim 64,128,256 --seqlen 2048,8192 --causal 0,1 --forward-only --repeat 20
 #
-# The arguments are flashc_bench's (--device cuda and --tsv are added).
+# The arguments are flashc_bench's (--device and --tsv are added).
 # Writes $OUT/build_ab_runs.tsv (every row, prefixed by round and build)
-# and $OUT/build_ab.tsv (per shape: the median TFLOP/s of each build over
-# the rounds and variant / base), and prints the latter with the
-# geometric mean.
+# and $OUT/build_ab.tsv (per shape and pass: the median TFLOP/s, or
+# GFLOP/s on the CPU, of each build over the rounds, and variant / base),
+# and prints the latter with the geometric mean.
 #
 # Environment:
-#   VARIANT_FLAGS  nvcc flags of the variant build (required)
-#   BASE_FLAGS     nvcc flags of the base build (default none)
+#   VARIANT_FLAGS  nvcc flags of the variant build (required; C compiler
+#                  flags with DEVICE=cpu)
+#   BASE_FLAGS     the base build's (default none)
+#   DEVICE         cuda (default) or cpu: a CPU-only build, timed on the CPU
 #   BENCH_ENV      variables set for both builds' runs, split at spaces
+#   BASE_ENV, VARIANT_ENV  variables for one build's runs only (e.g. a
+#                  run-time choice that only the variant build reads)
 #   ROUNDS         rounds (default 2)
 #   CUDA_ARCHS     CMAKE_CUDA_ARCHITECTURES (default 90-real)
 #   JOBS           build parallelism (default 16)
@@ -28,29 +33,36 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-: "${VARIANT_FLAGS:?set VARIANT_FLAGS: the nvcc flags of the variant build}"
+: "${VARIANT_FLAGS:?set VARIANT_FLAGS: the compiler flags of the variant build}"
+DEVICE="${DEVICE:-cuda}"
 OUT="${OUT:-$ROOT/build-ab-out}"
 AB_DIR="${AB_DIR:-$ROOT/build-ab-builds}"
 ROUNDS="${ROUNDS:-2}"
 mkdir -p "$OUT" "$AB_DIR"
 read -r -a bench_env <<< "${BENCH_ENV:-}"
+read -r -a base_env <<< "${BASE_ENV:-}"
+read -r -a variant_env <<< "${VARIANT_ENV:-}"
 
-build() { # name, nvcc flags
-    local dir="$AB_DIR/$1"
-    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DFLASHC_CUDA=ON -DFLASHC_BUILD_TESTS=OFF \
-        -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" -DCMAKE_CUDA_FLAGS="$2" > "$OUT/build_$1.log" 2>&1
+build() { # name, compiler flags
+    local dir="$AB_DIR/$1" flags=(-DFLASHC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}"
+                                   -DCMAKE_CUDA_FLAGS="$2")
+    [ "$DEVICE" = cpu ] && flags=(-DFLASHC_CUDA=OFF -DCMAKE_C_FLAGS="$2")
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DFLASHC_BUILD_TESTS=OFF "${flags[@]}" > "$OUT/build_$1.log" 2>&1
     cmake --build "$dir" -j "${JOBS:-16}" --target flashc_bench >> "$OUT/build_$1.log" 2>&1
 }
 
 run() { # round, name
-    env "${bench_env[@]}" "$AB_DIR/$2/flashc_bench" --device cuda --tsv "${@:3}" 2>&1 |
+    local own=("${base_env[@]}")
+    [ "$2" = variant ] && own=("${variant_env[@]}")
+    env "${bench_env[@]}" "${own[@]}" "$AB_DIR/$2/flashc_bench" --device "$DEVICE" --tsv "${@:3}" 2>&1 |
         awk -v r="$1" -v b="$2" '{print r "\t" b "\t" $0}' >> "$OUT/build_ab_runs.tsv"
 }
 
 start=$(date +%s)
 build base "${BASE_FLAGS:-}"
 build variant "$VARIANT_FLAGS"
-echo "# builds: $(($(date +%s) - start)) s; base flags '${BASE_FLAGS:-}', variant flags '$VARIANT_FLAGS'"
+echo "# builds: $(($(date +%s) - start)) s; base flags '${BASE_FLAGS:-}', variant flags '$VARIANT_FLAGS';" \
+    "env: both '${BENCH_ENV:-}', base '${BASE_ENV:-}', variant '${VARIANT_ENV:-}'"
 : > "$OUT/build_ab_runs.tsv"
 for round in $(seq 1 "$ROUNDS"); do
     if [ $((round % 2)) -eq 1 ]; then order="base variant"; else order="variant base"; fi
@@ -62,6 +74,7 @@ import math
 import statistics
 import sys
 
+KEYS = ("hdim", "seqlen", "batch", "heads", "dtype", "threads", "causal")
 header, rows = None, {}
 for line in open(sys.argv[1]):
     cols = line.rstrip("\n").split("\t")
@@ -73,21 +86,21 @@ for line in open(sys.argv[1]):
     if header is None:
         continue
     rec = dict(zip(header, cols[2:]))
-    key = tuple(rec[k] for k in ("hdim", "seqlen", "batch", "heads", "dtype", "causal"))
-    for what in ("fwd_tflops", "bwd_tflops"):
-        value = float(rec.get(what, "nan"))
-        if not math.isnan(value):
+    key = tuple(rec.get(k, "-") for k in KEYS)
+    for what in ("fwd", "bwd"):  # TFLOP/s on the GPU, GFLOP/s on the CPU
+        value = float(rec.get(what + "_tflops", rec.get(what + "_gflops", "nan")))
+        if value > 0:
             rows.setdefault((key, what), {}).setdefault(cols[1], []).append(value)
 
 out = open(sys.argv[2], "w")
-print("hdim\tseqlen\tbatch\theads\tdtype\tcausal\tpass\tbase_tflops\tvariant_tflops\tvariant/base", file=out)
+print("\t".join(KEYS) + "\tpass\tbase_flops\tvariant_flops\tvariant/base", file=out)
 ratios = []
 for (key, what), by in rows.items():
     if "base" not in by or "variant" not in by:
         continue
     base, variant = statistics.median(by["base"]), statistics.median(by["variant"])
     ratios.append(variant / base)
-    print("\t".join(key) + f"\t{what[:3]}\t{base:.1f}\t{variant:.1f}\t{variant / base:.3f}", file=out)
+    print("\t".join(key) + f"\t{what}\t{base:.1f}\t{variant:.1f}\t{variant / base:.3f}", file=out)
 out.close()
 print(open(sys.argv[2]).read(), end="")
 if ratios:
