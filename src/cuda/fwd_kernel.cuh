@@ -278,11 +278,12 @@ static __device__ __forceinline__ bool flashc_fwd_tail_combine(const flashc_fwd_
         }
     }
     auto weight = [&](float m, int r) { return m == -INFINITY ? 0.0f : flashc_exp2(m - m_all[r]); };
-    /* Segment q's share in CTA order: the first's scaled, the others' added
+    /* A segment's share in CTA order: the first's scaled, the others' added
      * (explicit roundings, so both ways below give the same bits). Where
      * this CTA is the first (the usual case) its registers start the sum;
-     * else they go to its slot and the sum starts from the first's. */
-    auto add_segment = [&](int q, bool first, const float4 *src) {
+     * else they go to its slot and the sum starts from the first's (src:
+     * the segment's slot; null: this CTA's registers). */
+    auto add_segment = [&](bool first, const float4 *src) {
 #pragma unroll
         for (int i = 0; i < ROW_ATOMS; ++i) {
             const float4 s = src ? __ldcg(src + i * THREADS)
@@ -303,13 +304,13 @@ static __device__ __forceinline__ bool flashc_fwd_tail_combine(const flashc_fwd_
         }
     };
     if (me == ctas.first) {
-        add_segment(me, true, nullptr);
+        add_segment(true, nullptr);
     } else {
         write_slot(slot(me)); /* read back by this thread only */
-        add_segment(ctas.first, true, slot(ctas.first));
+        add_segment(true, slot(ctas.first));
     }
 #pragma unroll 1
-    for (int q = ctas.first + 1; q <= ctas.last; ++q) add_segment(q, false, slot(q));
+    for (int q = ctas.first + 1; q <= ctas.last; ++q) add_segment(false, slot(q));
 #pragma unroll
     for (int r = 0; r < 2 * ROW_ATOMS; ++r) st.row_max[r] = m_all[r];
     return true;
@@ -361,14 +362,14 @@ static __device__ __forceinline__ void flashc_fwd_store_rows(const flashc_fwd_pa
 /* The portable kernel's epilogue of one warp: O / rowsum (times
  * `rescale`, the dropout factor) and LSE = m + log(sum). `out` and `lse`
  * point at the block's first row, warp_row0 is the warp's first row in
- * the block, rows past `rows` are not written. O goes out through shared memory: the warp's rows of the
- * fragments into `stage` (the CTA's Q tile, layout L, which no warp reads
- * after the last Q K^T), then back as whole 16-byte chunks, so that the
- * global stores are 16 bytes a lane and a row's lanes adjacent (a quarter
- * of the store instructions of 4-byte stores straight from the fragments,
- * each of which half-filled 8 sectors; the epilogue took 3.6 us of a 103
- * us d128 CTA, bench/NOTES.md). Only this warp touches its rows: no CTA
- * barrier. */
+ * the block, rows past `rows` are not written. O goes out through shared
+ * memory: the warp's rows of the fragments into `stage` (the CTA's Q
+ * tile, layout L, which no warp reads after the last Q K^T), then back as
+ * whole 16-byte chunks, so that the global stores are 16 bytes a lane and
+ * a row's lanes adjacent (a quarter of the store instructions of 4-byte
+ * stores straight from the fragments, each of which half-filled 8
+ * sectors; the epilogue took 3.6 us of a 103 us d128 CTA,
+ * bench/NOTES.md). Only this warp touches its rows: no CTA barrier. */
 template <typename T, int HEAD_DIM, int ROW_ATOMS, int OUT_ATOMS, class L>
 static __device__ __forceinline__ void flashc_fwd_store_rows_staged(const flashc_fwd_params &p, T *out, float *lse,
                                                                     const flashc_softmax_state<ROW_ATOMS> &st,
