@@ -7,7 +7,7 @@
 # clocks drift over a minute; a fixed order would put the drift in the
 # ratio). From the repository root, with $OUT a folder whose files come back:
 #
-#   VARIANT_FLAGS="-DFLASHC_TAIL_RAMP=3" BENCH_ENV="FLASHC_CUDA_FORWARD=portable" \
+#   VARIANT_FLAGS="-DFLASHC_MY_VARIANT=1" BENCH_ENV="FLASHC_CUDA_FORWARD=portable" \
 #     bash bench/build_ab.sh --hdim 64,128,256 --seqlen 2048,8192 --causal 0,1 --forward-only --repeat 20
 #
 # The arguments are flashc_bench's (--device and --tsv are added).

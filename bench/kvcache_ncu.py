@@ -4,7 +4,9 @@ hardware counters that say where a bandwidth-bound kernel's time goes:
 DRAM bytes read against the K + V bytes the call must read (over-fetch),
 DRAM throughput, L2 requests and sectors per request (how the loads are
 cut: whole 256-byte rows or 128-byte boxes), L2 hit rate, SM and warp
-activity, and the launch shape.
+activity, how evenly the SMs were busy (the mean and the least-busy SM's
+active cycles over the kernel's elapsed cycles: a low minimum is a tail
+where some SMs ran out of work), and the launch shape.
 
 One query token per sequence, bf16, head dim 128, every cache row used.
 Each library's call runs three times inside an NVTX range that ncu
@@ -36,6 +38,9 @@ METRICS = [
     "lts__t_sector_hit_rate.pct",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__cycles_active.avg",
+    "sm__cycles_active.min",
+    "gpc__cycles_elapsed.max",
     "launch__grid_size",
     "launch__block_size",
     "launch__registers_per_thread",
@@ -123,7 +128,8 @@ def main():
         return
     ncu = os.environ.get("NCU", "ncu")
     header = ("shape\tlibrary\tkernel\tus\tdram_read_MB\tneeded_MB\tread/needed\tdram_write_MB\tdram_pct\t"
-              "TB/s\tl2_requests_k\tsectors/request\tl2_hit_pct\tsm_pct\twarps_pct\tgrid\tblock\tregs")
+              "TB/s\tl2_requests_k\tsectors/request\tl2_hit_pct\tsm_pct\twarps_pct\tsm_busy_avg_pct\tsm_busy_min_pct\t"
+              "grid\tblock\tregs")
     print(header, flush=True)
     out = [header]
     for text in args.shapes.split(","):
@@ -137,6 +143,7 @@ def main():
                 us = number(row, "gpu__time_duration.sum") / 1e3  # ns -> us
                 read = number(row, "dram__bytes_read.sum")
                 requests = number(row, "lts__t_requests_op_read.sum")
+                elapsed = number(row, "gpc__cycles_elapsed.max")
                 line = "\t".join([
                     text, lib, row.get("Kernel Name", "?")[:60], f"{us:.1f}", f"{read / 1e6:.1f}",
                     f"{needed / 1e6:.1f}", f"{read / needed:.3f}",
@@ -147,6 +154,8 @@ def main():
                     f"{number(row, 'lts__t_sector_hit_rate.pct'):.1f}",
                     f"{number(row, 'sm__throughput.avg.pct_of_peak_sustained_elapsed'):.1f}",
                     f"{number(row, 'sm__warps_active.avg.pct_of_peak_sustained_active'):.1f}",
+                    f"{100 * number(row, 'sm__cycles_active.avg') / elapsed:.1f}",
+                    f"{100 * number(row, 'sm__cycles_active.min') / elapsed:.1f}",
                     f"{number(row, 'launch__grid_size'):.0f}", f"{number(row, 'launch__block_size'):.0f}",
                     f"{number(row, 'launch__registers_per_thread'):.0f}"])
                 print(line, flush=True)

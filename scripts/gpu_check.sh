@@ -39,7 +39,7 @@
 #                CUDA tests; set it empty for the whole suite)
 #   CUDA_ARCHS   CMAKE_CUDA_ARCHITECTURES (default: the project's choice)
 #   CUDA_FLAGS   nvcc flags added to -Xptxas=-v (e.g. a kernel variant's
-#                macro, -DFLASHC_TAIL_RAMP=3; use its own BUILD_DIR)
+#                macro; use its own BUILD_DIR)
 #   JOBS         build parallelism (16); BUILD_DIR (build-gpu)
 #   DEADLINE_S   seconds the whole run may take (560): each step is cut
 #                to what is left, so the logs come back within the call

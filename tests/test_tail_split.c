@@ -52,21 +52,13 @@ static int check_tail(const flashc_tail *t, long long tiles, long long iters, in
     assert_non_null(tile_first);
     assert_non_null(tile_last);
     for (long long i = 0; i < r; ++i) tile_first[i] = -1, tile_last[i] = -1;
-    /* the ranges: [q L / S, (q + 1) L / S), or with a ramp x the floors
-     * of L W(q) / S, W(q) = q (1 + x) - x q (q - 1) / (S - 1) (in long
-     * double here); none empty, none longer than a tile, from 0 to L */
-    const long double x_ramp = t->ramp / 16.0L, s1 = t->ctas > 1 ? t->ctas - 1 : 1;
+    /* the ranges: [q L / S, (q + 1) L / S); none empty, none longer than
+     * a tile, from 0 to L */
     for (int q = 0; q < t->ctas; ++q) {
-        long long lo = (long long)q * total / t->ctas, hi = (long long)(q + 1) * total / t->ctas;
-        if (t->ramp) {
-            const long double w0 = q * (1 + x_ramp) - x_ramp * q * (q - 1) / s1,
-                              w1 = (q + 1) * (1 + x_ramp) - x_ramp * (q + 1) * q / s1;
-            lo = (long long)floorl(total * w0 / t->ctas + 1e-9L);
-            hi = q + 1 == t->ctas ? total : (long long)floorl(total * w1 / t->ctas + 1e-9L);
-        }
+        const long long lo = (long long)q * total / t->ctas, hi = (long long)(q + 1) * total / t->ctas;
         if (lo >= hi || hi - lo > iters || (q == 0 && lo != 0) || flashc_tail_start(*t, q) != lo ||
             flashc_tail_start(*t, q + 1) != hi) {
-            fprintf(stderr, "FAIL CTA %d (ramp %d): range [%lld, %lld), start %lld .. %lld\n", q, t->ramp, lo, hi,
+            fprintf(stderr, "FAIL CTA %d: range [%lld, %lld), start %lld .. %lld\n", q, lo, hi,
                     flashc_tail_start(*t, q), flashc_tail_start(*t, q + 1));
             ++fails;
             break;
@@ -145,27 +137,22 @@ static void random_tails(void **state) {
     test_rng rng;
     test_rng_init(&rng, test_seed("tail split", 0));
     const int count = test_quick() ? 2000 : 20000;
-    int fails = 0, tails = 0, ramps = 0;
+    int fails = 0, tails = 0;
     for (int i = 0; i < count && !fails; ++i) {
         const int slots = (int)test_rng_int(&rng, 1, 200);
         const long long tiles = test_rng_int(&rng, 1, 4 * slots + 3);
         const long long iters = test_rng_int(&rng, 1, i % 10 == 0 ? 3000 : 80);
         const int start = (int)test_rng_int(&rng, 0, 3), slot = (int)test_rng_int(&rng, 0, 3);
-        const int ramp = i % 3 == 0 ? 0 : (int)test_rng_int(&rng, 1, FLASHC_TAIL_RAMP_MAX + 2);
-        const flashc_tail t = flashc_tail_ramped(flashc_tail_plan(tiles, iters, slots, start, slot), ramp);
+        const flashc_tail t = flashc_tail_plan(tiles, iters, slots, start, slot);
         tails += t.ctas > 0;
-        ramps += t.ramp > 0;
-        const int too_steep = t.ramp && (long long)t.tiles * (16 + t.ramp) > 16LL * t.ctas;
-        if (t.ramp > ramp || t.ramp > FLASHC_TAIL_RAMP_MAX || too_steep || check_tail(&t, tiles, iters, slots) != 0) {
-            fprintf(stderr, "  -> %lld tiles x %lld iterations on %d slots, ramp %d of %d\n", tiles, iters, slots,
-                    t.ramp, ramp);
+        if (check_tail(&t, tiles, iters, slots) != 0) {
+            fprintf(stderr, "  -> %lld tiles x %lld iterations on %d slots\n", tiles, iters, slots);
             ++fails;
         }
     }
-    printf("tail split: %d of %d random plans took a tail, %d of them a ramp\n", tails, count, ramps);
+    printf("tail split: %d of %d random plans took a tail\n", tails, count);
     assert_int_equal(fails, 0);
     assert_true(tails > count / 10);
-    assert_true(ramps > tails / 4);
 }
 
 /* The plan on shapes of the H100 / H200 (132 SMs), with the backward's
@@ -196,18 +183,6 @@ static void plan_choices(void **state) {
     assert_int_equal(t.tiles, 200);
     assert_int_equal(t.ctas, 264);
     assert_int_equal(check_tail(&t, 2048, 32, 264), 0);
-    /* falling shares, 3 sixteenths: the first CTA 28 key blocks, the last
-     * 20 (mean 24.2); a ramp past what keeps the first share within a
-     * tile is cut (200 tiles on 264 CTAs: at most 5), none where one CTA
-     * or no tail */
-    flashc_tail ramped = flashc_tail_ramped(t, 3);
-    assert_int_equal(ramped.ramp, 3);
-    assert_int_equal(flashc_tail_start(ramped, 1), 28);
-    assert_int_equal(flashc_tail_start(ramped, 264) - flashc_tail_start(ramped, 263), 20);
-    assert_int_equal(check_tail(&ramped, 2048, 32, 264), 0);
-    assert_int_equal(flashc_tail_ramped(t, 7).ramp, 5);
-    assert_int_equal(flashc_tail_ramped(t, 0).ramp, 0);
-    assert_int_equal(flashc_tail_ramped(flashc_tail_plan(2048, 32, 128, 2, 2), 3).ramp, 0);
     const long long degenerate[][3] = {{0, 32, 132}, {100, 0, 132}, {100, 32, 0}, {-1, 5, 4}};
     for (size_t i = 0; i < sizeof degenerate / sizeof degenerate[0]; ++i) {
         t = flashc_tail_plan(degenerate[i][0], degenerate[i][1], (int)degenerate[i][2], 2, 2);
@@ -217,46 +192,38 @@ static void plan_choices(void **state) {
 }
 
 /* Plans too large to lay out (up to 2^31 - 1 iterations a tile, 4096
- * slots): the ramped starts against L W(q) / S in long double, rising
- * from 0 to L, no share longer than a tile, cta_at the inverse of start;
- * the ramp dropped where the 63-bit arithmetic would not hold it. */
+ * slots): the starts against q L / S in long double, rising from 0 to L,
+ * no share longer than a tile, cta_at the inverse of start (its
+ * (x + 1) S - 1 within 63 bits). */
 static void large_plans(void **state) {
     (void)state;
     const long long cases[][3] = {
         /* tiles, iterations, slots */
         {2048 + 200, 0x7fffffffLL, 264}, {3 * 1056 + 1000, 0x7fffffffLL, 1056}, {100, 1000000, 132},
         {4096 + 4000, 0x7fffffffLL, 4096}, {2 * 4096 + 200, 0x7fffffffLL, 4096}, {5 * 528 + 17, 123457, 528}};
-    int fails = 0, ramped = 0;
+    int fails = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         const long long tiles = cases[i][0], iters = cases[i][1];
         const int slots = (int)cases[i][2];
-        const flashc_tail t = flashc_tail_ramped(flashc_tail_plan(tiles, iters, slots, 1, 1), 3);
+        const flashc_tail t = flashc_tail_plan(tiles, iters, slots, 1, 1);
         assert_true(t.ctas > 0);
         const long long total = (long long)t.tiles * t.iters;
-        const long double den = 16.0L * t.ctas * (t.ctas - 1);
-        if (total > (long double)(1LL << 62) / den) {
-            assert_int_equal(t.ramp, 0); /* would overflow */
-            continue;
-        }
-        ramped += t.ramp > 0;
-        const long double x = t.ramp / 16.0L, s1 = t.ctas - 1;
         long long prev = flashc_tail_start(t, 0);
         if (prev != 0) ++fails;
         for (int q = 1; q <= t.ctas && !fails; ++q) {
             const long long at = flashc_tail_start(t, q);
-            const long double want = total * (q * (1 + x) - x * q * (q - 1.0L) / s1) / t.ctas;
+            const long double want = (long double)total * q / t.ctas;
             if (at <= prev || at - prev > iters || fabsl((long double)at - want) > 1.0L ||
                 (q == t.ctas && at != total) || flashc_tail_cta_at(t, at - 1) != q - 1 ||
                 (q < t.ctas && flashc_tail_cta_at(t, at) != q)) {
-                fprintf(stderr, "FAIL %lld tiles x %lld on %d slots, ramp %d: CTA %d starts at %lld (want %.2Lf)\n",
-                        tiles, iters, slots, t.ramp, q, at, want);
+                fprintf(stderr, "FAIL %lld tiles x %lld on %d slots: CTA %d starts at %lld (want %.2Lf)\n", tiles,
+                        iters, slots, q, at, want);
                 ++fails;
             }
             prev = at;
         }
     }
     assert_int_equal(fails, 0);
-    assert_true(ramped >= 3);
 }
 
 int main(void) {

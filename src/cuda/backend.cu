@@ -254,10 +254,6 @@ static flashc_bwd_plan backward_plan(const flashc_problem *p) {
     }
     const char *tail = getenv("FLASHC_CUDA_BWD_TAIL");
     if ((tail && strcmp(tail, "0") == 0) || plan.head_splits != 1) plan.tail = flashc_tail_plan(0, 0, 0, 0, 0);
-    /* a build with the ramp's code (tail_split.h): FLASHC_CUDA_BWD_TAIL_RAMP
-     * ramps the backward's tail too */
-    const char *ramp = FLASHC_TAIL_RAMP ? getenv("FLASHC_CUDA_BWD_TAIL_RAMP") : nullptr;
-    if (ramp) plan.tail = flashc_tail_ramped(plan.tail, atoi(ramp));
     return plan;
 }
 

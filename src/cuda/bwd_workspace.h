@@ -259,7 +259,7 @@ static inline int flashc_bwd_portable_head_splits(const flashc_problem *p, const
 /* hopper: the Hopper kernel will run the problem (flashc_hopper_bwd_applies);
  * sms: the device's multiprocessors. */
 static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool hopper, int sms, int smem_optin) {
-    flashc_bwd_plan plan = {0, 0, 0, 0, 0, 0, 1, 1, 0, 1, {0, 0, 0, 0, 0}};
+    flashc_bwd_plan plan = {0, 0, 0, 0, 0, 0, 1, 1, 0, 1, {0, 0, 0, 0}};
     const int64_t d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     /* the smallest head dim that holds d and dv; its SMALL configuration
      * where one stage of the other does not fit the device (16-bit types) */

@@ -69,8 +69,7 @@ static inline int flashc_fwd_ctas_per_sm(const void *kernel, int threads, int sm
  * is one pair's row blocks after another, the plan over the device's CTA
  * slots, and the scratch it needs (slots, then one counter per tail
  * tile); none where FLASHC_CUDA_FWD_TAIL=0 (for benchmarks of the
- * choice); shares falling with the CTA index in a build with the ramp
- * (tail_split.h). */
+ * choice). */
 template <typename T, int HEAD_DIM>
 static flashc_tail flashc_fwd_tail_of(const flashc_fwd_params &p, const flashc_tile_schedule &s, int device,
                                       size_t *slots_bytes, size_t *bytes) {
@@ -86,10 +85,8 @@ static flashc_tail flashc_fwd_tail_of(const flashc_fwd_params &p, const flashc_t
     const int per_sm = flashc_fwd_ctas_per_sm((const void *)flashc_fwd_kernel_of<T, HEAD_DIM, false, true>(),
                                               THREADS, flashc_fwd_smem_of<T, HEAD_DIM, false>(), device, known);
     const long long iters = ((long long)p.seqlen_k + C::BLOCK_N - 1) / C::BLOCK_N;
-    const char *ramp = FLASHC_TAIL_RAMP ? getenv("FLASHC_CUDA_FWD_TAIL_RAMP") : NULL;
-    const flashc_tail t = flashc_tail_ramped(flashc_tail_plan(s.tiles, iters, per_sm * flashc_cuda_device_sms(device),
-                                                              FLASHC_FWD_TILE_START, FLASHC_FWD_TAIL_SLOT),
-                                             ramp ? atoi(ramp) : FLASHC_TAIL_RAMP);
+    const flashc_tail t = flashc_tail_plan(s.tiles, iters, per_sm * flashc_cuda_device_sms(device),
+                                           FLASHC_FWD_TILE_START, FLASHC_FWD_TAIL_SLOT);
     if (!t.ctas) return none;
     *slots_bytes = ((size_t)t.ctas + (size_t)t.tiles) * SLOT_BYTES;
     *bytes = *slots_bytes + (size_t)t.tiles * sizeof(int);

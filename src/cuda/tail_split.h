@@ -12,13 +12,6 @@
  * no longer than one), so it runs at most two segments, first the end of
  * one tile, then the start of the next.
  *
- * Or shares that fall with the CTA index (a ramp of x = ramp / 16): the
- * main grid's last CTAs free their slots over about a tenth of a tile
- * (their times differ by ~10 %), and the tail CTAs start in index order as
- * slots free, so the first starts earliest. CTA q then starts at
- * L W(q) / S, W(q) = q (1 + x) - x q (q - 1) / (S - 1): shares from
- * (1 + x) to (1 - x) times the mean, W(0) = 0, W(S) = S.
- *
  * A tile cut into segments combines them in a fixed order: each segment
  * but the last to finish leaves its float32 accumulators in a slot of the
  * workspace and counts itself in the tile's counter; the last combines the
@@ -41,7 +34,6 @@ typedef struct flashc_tail {
     int tiles;       /* r: tiles in the tail */
     int iters;       /* I: the iterations of each */
     int ctas;        /* S: CTAs sharing them; 0: no tail (the main grid runs every tile) */
-    int ramp;        /* shares falling from 1 + ramp / 16 to 1 - ramp / 16 times the mean; 0: equal */
 } flashc_tail;
 
 /* A tail CTA's share of the tail tiles' iterations is at least this many
@@ -60,7 +52,6 @@ FLASHC_HD flashc_tail flashc_tail_plan(long long tiles, long long iters, int slo
     t.tiles = 0;
     t.iters = 0;
     t.ctas = 0;
-    t.ramp = 0;
     if (tiles <= 0 || iters <= 0 || slots <= 0 || iters > 0x7fffffffLL) return t;
     const long long r = tiles % slots;
     if (r == 0) return t;
@@ -77,67 +68,15 @@ FLASHC_HD flashc_tail flashc_tail_plan(long long tiles, long long iters, int slo
     return t;
 }
 
-/* The forward's ramp in sixteenths (fwd_launch.cuh). 0: equal shares,
- * and the kernels built without the ramp's code, until it is measured on
- * a GPU (bench/NOTES.md, "the falling-share tail"). A build with
- * -DFLASHC_TAIL_RAMP=n in CMAKE_CUDA_FLAGS ramps the forward's tail by n,
- * or by FLASHC_CUDA_FWD_TAIL_RAMP where that is set, and the backward's
- * by FLASHC_CUDA_BWD_TAIL_RAMP where that is set (else its shares stay
- * equal). The host code (the plans, the tests) always has the ramp. */
-#ifndef FLASHC_TAIL_RAMP
-#define FLASHC_TAIL_RAMP 0
-#endif
-#if defined(__CUDA_ARCH__) && FLASHC_TAIL_RAMP == 0
-#define FLASHC_TAIL_RAMPED(t) 0
-#else
-#define FLASHC_TAIL_RAMPED(t) ((t).ramp != 0)
-#endif
-
-/* The steepest ramp allowed: the last share stays at or above half the
- * mean (at least 2 iterations, the mean being at least
- * FLASHC_TAIL_MIN_SHARE). */
-#define FLASHC_TAIL_RAMP_MAX 8
-
-/* Plan t with shares falling by `ramp` sixteenths (see above), the ramp
- * cut to what keeps every share within one tile (the first share,
- * (1 + x) r I / S, at most I) and the arithmetic within 63 bits; t
- * unchanged where there is no tail or fewer than two CTAs. */
-FLASHC_HD flashc_tail flashc_tail_ramped(flashc_tail t, int ramp) {
-    t.ramp = 0;
-    if (t.ctas < 2 || ramp <= 0) return t;
-    if (ramp > FLASHC_TAIL_RAMP_MAX) ramp = FLASHC_TAIL_RAMP_MAX;
-    const long long fit = 16LL * t.ctas / t.tiles - 16; /* r (16 + ramp) <= 16 S */
-    if (ramp > fit) ramp = (int)fit;
-    const long long total = (long long)t.tiles * t.iters, den = 16LL * t.ctas * (t.ctas - 1);
-    if (ramp <= 0 || total > (1LL << 62) / den) return t;
-    t.ramp = ramp;
-    return t;
-}
-
 /* The first tail iteration (tiles end to end) of CTA q; q = ctas: the end. */
 FLASHC_HD long long flashc_tail_start(flashc_tail t, long long q) {
-    const long long total = (long long)t.tiles * t.iters;
-    if (!FLASHC_TAIL_RAMPED(t)) return q * total / t.ctas;
-    /* L W(q) / S, with 16 (S - 1) W(q) = q (16 + ramp) (S - 1) - ramp q (q - 1) */
-    const long long s1 = t.ctas - 1;
-    const long long w = q * (16 + t.ramp) * s1 - t.ramp * q * (q - 1);
-    return total * w / (16LL * t.ctas * s1);
+    return q * ((long long)t.tiles * t.iters) / t.ctas;
 }
 
 /* The CTA whose range holds tail iteration x: the largest q with
- * start(q) <= x. Without a ramp floor(q L / S) <= x, i.e.
- * q L <= (x + 1) S - 1; with one by bisection (start rises with q). */
+ * floor(q L / S) <= x, i.e. q L <= (x + 1) S - 1. */
 FLASHC_HD int flashc_tail_cta_at(flashc_tail t, long long x) {
-    if (!FLASHC_TAIL_RAMPED(t)) return (int)(((x + 1) * t.ctas - 1) / ((long long)t.tiles * t.iters));
-    int lo = 0, hi = t.ctas - 1; /* start(lo) <= x throughout */
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (flashc_tail_start(t, mid) <= x)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
+    return (int)(((x + 1) * t.ctas - 1) / ((long long)t.tiles * t.iters));
 }
 
 /* Segment `which` (0 or 1) of CTA q: tile `tile` (0-based in the tail),
