@@ -3,9 +3,13 @@
  * HEAD_DIM >= max(d, dv); columns past d / dv are zero-filled on load and
  * never stored.
  *
- * BLOCK_M query rows per CTA, BLOCK_N keys per main-loop step (BLOCK_N_GENERAL
- * in the variant with softcap / ALiBi / dropout, whose Philox and tanh need
- * registers the S tile then gives up), WARPS warps each owning
+ * BLOCK_M query rows per CTA, BLOCK_N keys per main-loop step; in the
+ * variant with softcap / ALiBi / a negative scale BLOCK_N_GENERAL, and
+ * BLOCK_N_DROPOUT with dropout, whose Philox state needs the registers a
+ * wider S tile would take (H100, portable forced, 64 keys against 32:
+ * softcap +5 to +15 %, ALiBi +4 %, dropout -2 to -3.5 %; 128 and 96 keep
+ * 32, where a 64-key S tile beside 32-row warps' O would spill;
+ * bench/NOTES.md), WARPS warps each owning
  * BLOCK_M / WARPS rows (16 or 32: one or two mma row-atoms), CTAS_PER_SM for
  * the register cap. 64-row CTAs at 192 / 256: two independent CTAs per SM
  * keep the tensor cores busy through each other's barriers (+15 % at 256
@@ -23,19 +27,19 @@
 #define FLASHC_CUDA_FWD_CONFIG_H
 
 #define FLASHC_FWD_CONFIGS(X)                                                         \
-    /* HEAD_DIM BLOCK_M BLOCK_N BLOCK_N_GENERAL WARPS CTAS_PER_SM EARLY_K_LOAD */ \
-    X(64, 128, 128, 32, 4, 2, 1)                                                      \
-    X(96, 128, 64, 32, 4, 2, 0)                                                       \
-    X(128, 128, 64, 32, 4, 2, 0)                                                      \
-    X(192, 64, 64, 32, 4, 2, 1)                                                       \
-    X(256, 64, 64, 32, 4, 2, 1)
+    /* HEAD_DIM BLOCK_M BLOCK_N BLOCK_N_GENERAL BLOCK_N_DROPOUT WARPS CTAS_PER_SM EARLY_K_LOAD */ \
+    X(64, 128, 128, 64, 32, 4, 2, 1)                                                             \
+    X(96, 128, 64, 32, 32, 4, 2, 0)                                                              \
+    X(128, 128, 64, 32, 32, 4, 2, 0)                                                             \
+    X(192, 64, 64, 64, 32, 4, 2, 1)                                                              \
+    X(256, 64, 64, 64, 32, 4, 2, 1)
 
 template <int HEAD_DIM>
 struct flashc_fwd_config;
-#define FLASHC_FWD_CONFIG_STRUCT(D, BM, BN, BNG, W, C, EK)                           \
-    template <>                                                                      \
-    struct flashc_fwd_config<D> {                                                    \
-        static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_N_GENERAL = BNG;      \
+#define FLASHC_FWD_CONFIG_STRUCT(D, BM, BN, BNG, BND, W, C, EK)                                   \
+    template <>                                                                                   \
+    struct flashc_fwd_config<D> {                                                                 \
+        static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_N_GENERAL = BNG, BLOCK_N_DROPOUT = BND; \
         static constexpr int WARPS = W, CTAS_PER_SM = C;                             \
         static constexpr bool EARLY_K_LOAD = EK;                                     \
     };

@@ -9,7 +9,7 @@ cudaError_t flashc_fwd_dispatch(const flashc_fwd_params *k, const flashc_fwd_scr
     const cudaError_t hopper = flashc_hopper_fwd(k, stream, is_bf16, general);
     if (hopper != cudaErrorNotSupported) return hopper;
     const int d = k->head_dim > k->head_dim_v ? k->head_dim : k->head_dim_v;
-#define FLASHC_TRY_CONFIG(HEAD_DIM, BM, BN, BNG, W, C, EK) \
+#define FLASHC_TRY_CONFIG(HEAD_DIM, BM, BN, BNG, BND, W, C, EK) \
     if (d <= HEAD_DIM) return flashc_fwd_run_hdim##HEAD_DIM(k, scratch, stream, is_bf16, general);
     FLASHC_FWD_CONFIGS(FLASHC_TRY_CONFIG)
 #undef FLASHC_TRY_CONFIG

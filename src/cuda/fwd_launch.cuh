@@ -38,17 +38,25 @@ static inline dim3 flashc_fwd_grid(const flashc_tile_schedule &s) {
     return dim3((unsigned)width, (unsigned)s.ranks, (unsigned)((s.pairs + width - 1) / width));
 }
 
-template <typename T, int HEAD_DIM, bool GENERAL, bool TAIL>
+/* The keys per step of a variant (fwd_config.h): the plain kernel's, the
+ * general one's, or the general one's with dropout. */
+template <int HEAD_DIM, bool GENERAL, bool DROPOUT>
+static constexpr int flashc_fwd_block_n() {
+    typedef flashc_fwd_config<HEAD_DIM> C;
+    return !GENERAL ? C::BLOCK_N : DROPOUT ? C::BLOCK_N_DROPOUT : C::BLOCK_N_GENERAL;
+}
+
+template <typename T, int HEAD_DIM, bool GENERAL, bool TAIL, bool DROPOUT = false>
 static constexpr auto flashc_fwd_kernel_of() {
     typedef flashc_fwd_config<HEAD_DIM> C;
-    return flashc_fwd_kernel<T, HEAD_DIM, C::BLOCK_M, GENERAL ? C::BLOCK_N_GENERAL : C::BLOCK_N, C::WARPS,
+    return flashc_fwd_kernel<T, HEAD_DIM, C::BLOCK_M, flashc_fwd_block_n<HEAD_DIM, GENERAL, DROPOUT>(), C::WARPS,
                              C::CTAS_PER_SM, C::EARLY_K_LOAD, GENERAL, TAIL>;
 }
 
-template <typename T, int HEAD_DIM, bool GENERAL>
+template <typename T, int HEAD_DIM, bool GENERAL, bool DROPOUT = false>
 static constexpr int flashc_fwd_smem_of() {
     typedef flashc_fwd_config<HEAD_DIM> C;
-    return flashc_fwd_smem_bytes<T, HEAD_DIM, C::BLOCK_M, GENERAL ? C::BLOCK_N_GENERAL : C::BLOCK_N>();
+    return flashc_fwd_smem_bytes<T, HEAD_DIM, C::BLOCK_M, flashc_fwd_block_n<HEAD_DIM, GENERAL, DROPOUT>()>();
 }
 
 /* CTAs of `kernel` one SM of the current device holds at once (0 if
@@ -103,12 +111,12 @@ static cudaError_t flashc_fwd_launch_tail(const flashc_fwd_params &p, cudaStream
                                    (size_t)flashc_fwd_smem_of<T, HEAD_DIM, false>(), stream, p.tail.first > 0, p);
 }
 
-template <typename T, int HEAD_DIM, bool GENERAL>
+template <typename T, int HEAD_DIM, bool GENERAL, bool DROPOUT>
 static cudaError_t flashc_fwd_launch(const flashc_fwd_params &given, const flashc_fwd_scratch &scratch,
                                      cudaStream_t stream) {
     typedef flashc_fwd_config<HEAD_DIM> C;
-    auto kernel = flashc_fwd_kernel_of<T, HEAD_DIM, GENERAL, false>();
-    constexpr int smem = flashc_fwd_smem_of<T, HEAD_DIM, GENERAL>();
+    auto kernel = flashc_fwd_kernel_of<T, HEAD_DIM, GENERAL, false, DROPOUT>();
+    constexpr int smem = flashc_fwd_smem_of<T, HEAD_DIM, GENERAL, DROPOUT>();
     cudaError_t err;
     if (smem > 48 * 1024) {
         static unsigned long long smem_raised;
@@ -159,16 +167,22 @@ static cudaError_t flashc_fwd_launch(const flashc_fwd_params &given, const flash
     return cudaSuccess;
 }
 
+/* One dtype's variants: plain, general, general with dropout. */
+template <typename T, int HEAD_DIM>
+static cudaError_t flashc_fwd_launch_variant(const flashc_fwd_params &p, const flashc_fwd_scratch &scratch,
+                                             cudaStream_t stream, int general) {
+    if (!general) return flashc_fwd_launch<T, HEAD_DIM, false, false>(p, scratch, stream);
+    if (p.dropout_threshold) return flashc_fwd_launch<T, HEAD_DIM, true, true>(p, scratch, stream);
+    return flashc_fwd_launch<T, HEAD_DIM, true, false>(p, scratch, stream);
+}
+
 /* The run function of one head dim: picks dtype and variant. */
-#define FLASHC_FWD_DEFINE_RUN(HEAD_DIM)                                                                 \
+#define FLASHC_FWD_DEFINE_RUN(HEAD_DIM)                                                                      \
     cudaError_t flashc_fwd_run_hdim##HEAD_DIM(const flashc_fwd_params *p, const flashc_fwd_scratch *scratch, \
-                                              void *stream, int is_bf16, int general) {                 \
-        cudaStream_t s = (cudaStream_t)stream;                                                          \
-        if (is_bf16)                                                                                    \
-            return general ? flashc_fwd_launch<__nv_bfloat16, HEAD_DIM, true>(*p, *scratch, s)          \
-                           : flashc_fwd_launch<__nv_bfloat16, HEAD_DIM, false>(*p, *scratch, s);        \
-        return general ? flashc_fwd_launch<__half, HEAD_DIM, true>(*p, *scratch, s)                     \
-                       : flashc_fwd_launch<__half, HEAD_DIM, false>(*p, *scratch, s);                   \
+                                              void *stream, int is_bf16, int general) {                      \
+        cudaStream_t s = (cudaStream_t)stream;                                                               \
+        return is_bf16 ? flashc_fwd_launch_variant<__nv_bfloat16, HEAD_DIM>(*p, *scratch, s, general)        \
+                       : flashc_fwd_launch_variant<__half, HEAD_DIM>(*p, *scratch, s, general);              \
     }
 
 #endif

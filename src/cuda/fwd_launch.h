@@ -19,7 +19,8 @@ typedef struct flashc_fwd_scratch {
     flashc_device device;
 } flashc_fwd_scratch;
 
-#define FLASHC_FWD_DECLARE_RUN(HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_N_GENERAL, WARPS, CTAS_PER_SM, EARLY_K_LOAD) \
+#define FLASHC_FWD_DECLARE_RUN(HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_N_GENERAL, BLOCK_N_DROPOUT, WARPS, CTAS_PER_SM, \
+                               EARLY_K_LOAD)                                                                \
     cudaError_t flashc_fwd_run_hdim##HEAD_DIM(const flashc_fwd_params *p, const flashc_fwd_scratch *scratch, \
                                               void *stream, int is_bf16, int general);
 FLASHC_FWD_CONFIGS(FLASHC_FWD_DECLARE_RUN)
