@@ -455,7 +455,11 @@ for step in $STEPS; do
 done
 
 {
-    echo "gpu_check $(date -u '+%F %T UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)," \
+    # the tree checked: HEAD, and whether its tracked files differ from it
+    # (a copy of a working tree may carry an older .git than its files)
+    tree="$(git rev-parse --short HEAD 2>/dev/null || echo ?)"
+    git diff --quiet HEAD -- 2>/dev/null || tree="$tree + uncommitted changes to tracked files"
+    echo "gpu_check $(date -u '+%F %T UTC'), commit $tree," \
          "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), total $(( $(date +%s) - START )) s"
     printf '%-9s %-6s %5s  %s\n' step result secs notes
     for step in $STEPS; do
