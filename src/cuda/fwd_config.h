@@ -26,22 +26,22 @@
 #ifndef FLASHC_CUDA_FWD_CONFIG_H
 #define FLASHC_CUDA_FWD_CONFIG_H
 
-#define FLASHC_FWD_CONFIGS(X)                                                         \
-    /* HEAD_DIM BLOCK_M BLOCK_N BLOCK_N_GENERAL BLOCK_N_DROPOUT WARPS CTAS_PER_SM EARLY_K_LOAD */ \
-    X(64, 128, 128, 64, 32, 4, 2, 1)                                                             \
-    X(96, 128, 64, 32, 32, 4, 2, 0)                                                              \
-    X(128, 128, 64, 32, 32, 4, 2, 0)                                                             \
-    X(192, 64, 64, 64, 32, 4, 2, 1)                                                              \
+#define FLASHC_FWD_CONFIGS(X)                                                                           \
+    /* HEAD_DIM BLOCK_M BLOCK_N BLOCK_N_GENERAL BLOCK_N_DROPOUT WARPS CTAS_PER_SM EARLY_K_LOAD */       \
+    X(64, 128, 128, 64, 32, 4, 2, 1)                                                                    \
+    X(96, 128, 64, 32, 32, 4, 2, 0)                                                                     \
+    X(128, 128, 64, 32, 32, 4, 2, 0)                                                                    \
+    X(192, 64, 64, 64, 32, 4, 2, 1)                                                                     \
     X(256, 64, 64, 64, 32, 4, 2, 1)
 
 template <int HEAD_DIM>
 struct flashc_fwd_config;
-#define FLASHC_FWD_CONFIG_STRUCT(D, BM, BN, BNG, BND, W, C, EK)                                   \
-    template <>                                                                                   \
-    struct flashc_fwd_config<D> {                                                                 \
-        static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_N_GENERAL = BNG, BLOCK_N_DROPOUT = BND; \
-        static constexpr int WARPS = W, CTAS_PER_SM = C;                             \
-        static constexpr bool EARLY_K_LOAD = EK;                                     \
+#define FLASHC_FWD_CONFIG_STRUCT(D, BM, BN, BNG, BND, W, C, EK)                                         \
+    template <>                                                                                         \
+    struct flashc_fwd_config<D> {                                                                       \
+        static constexpr int BLOCK_M = BM, BLOCK_N = BN, BLOCK_N_GENERAL = BNG, BLOCK_N_DROPOUT = BND;  \
+        static constexpr int WARPS = W, CTAS_PER_SM = C;                                                \
+        static constexpr bool EARLY_K_LOAD = EK;                                                        \
     };
 FLASHC_FWD_CONFIGS(FLASHC_FWD_CONFIG_STRUCT)
 #undef FLASHC_FWD_CONFIG_STRUCT
