@@ -1,0 +1,114 @@
+"""Random problems: every feature drawn together with random sizes, through
+flash_attn_func and flash_attn_varlen_func, forward and backward against
+the float64 reference. The fixed grids of the other tests take one or two
+features at a time on chosen sizes; these draw combinations nobody listed
+(GQA with a window and softcap and dropout on a prime length, say) and
+sizes that cross several key and query blocks, where the kernels' multi-
+block paths and their last partial blocks meet.
+
+Each case is drawn from the test's seed (conftest.seeded), so a failure
+names its parameters and reruns the same way; FLASHC_TEST_SEED=N draws
+other cases, FLASHC_TEST_FULL=1 more of them."""
+
+import random
+
+import pytest
+import torch
+
+from cases import Case, VarlenCase, run_batched, run_varlen
+from conftest import FULL, skip_unless_device
+
+# head dims: every compiled configuration of the CUDA kernels (64, 96, 128,
+# 192, 256) and sizes between them, padded up to the next one
+HEAD_DIMS = [8, 24, 40, 59, 64, 72, 80, 96, 100, 128, 136, 160, 192, 200, 256]
+# lengths at and around the kernels' tile sizes (32 - 256 rows / keys)
+TILE_EDGES = [31, 32, 33, 63, 64, 65, 127, 128, 129, 191, 255, 256, 257]
+
+CASES = 96 if FULL else 24
+
+
+def _length(rng: random.Random, longest: int) -> int:
+    pick = rng.random()
+    if pick < 0.15:
+        return rng.randint(1, 4)
+    if pick < 0.45:
+        return rng.choice([e for e in TILE_EDGES if e <= longest] or [longest])
+    return rng.randint(1, longest)
+
+
+def _features(rng: random.Random, sq: int, sk: int) -> dict:
+    """Masks and logit rules, each on with its own chance, any of them
+    together."""
+    f = {}
+    if rng.random() < 0.5:
+        f["causal"] = True
+    if rng.random() < 0.3:
+        # left / right bounds past either length too (-1: unbounded)
+        f["window"] = (rng.choice([-1, 0, rng.randint(1, sk + 20)]),
+                       rng.choice([-1, 0, rng.randint(1, sq + 20)]))
+    if rng.random() < 0.25:
+        f["softcap"] = rng.choice([0.5, 5.0, 30.0])
+        f["q_scale"] = 2.0
+    if rng.random() < 0.25:
+        f["alibi"] = rng.choice(["h", "bh"])
+    if rng.random() < 0.2:
+        f["dropout_p"] = rng.choice([0.1, 0.4])
+    if rng.random() < 0.2:
+        f["deterministic"] = True
+    if rng.random() < 0.15:
+        # a negative scale flips which scores are largest
+        f["scale"] = rng.choice([0.05, 0.3, -0.1])
+    return f
+
+
+def _heads(rng: random.Random):
+    hk = rng.choice([1, 2, 3])
+    return hk * rng.choice([1, 2, 4]), hk
+
+
+def _dtypes(device):
+    return [torch.bfloat16, torch.float16] if device == "cuda" else \
+        [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _describe(case) -> str:
+    return ", ".join(f"{k}={v}" for k, v in vars(case).items())
+
+
+@pytest.mark.parametrize("index", range(CASES))
+def test_random_batched(device, seeded, index):
+    rng = random.Random(seeded)
+    dtype = rng.choice(_dtypes(device))
+    skip_unless_device(device, dtype)
+    # the CPU's reference and kernels are slower: shorter sequences there
+    longest = 700 if device == "cuda" else 260
+    sq, sk = _length(rng, longest), _length(rng, longest)
+    h, hk = _heads(rng)
+    case = Case(sq=sq, sk=sk, d=rng.choice(HEAD_DIMS), dtype=dtype, b=rng.randint(1, 3), h=h, hk=hk,
+                device=device, **_features(rng, sq, sk))
+    try:
+        run_batched(case, return_lse=rng.random() < 0.3)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n  case: {_describe(case)}") from exc
+
+
+@pytest.mark.parametrize("index", range(CASES))
+def test_random_varlen(device, seeded, index):
+    rng = random.Random(seeded)
+    dtype = rng.choice(_dtypes(device))
+    skip_unless_device(device, dtype)
+    longest = 500 if device == "cuda" else 200
+    b = rng.randint(1, 5)
+    # empty sequences on either side too
+    lengths_q = [0 if rng.random() < 0.1 else _length(rng, longest) for _ in range(b)]
+    lengths_k = [0 if rng.random() < 0.1 else _length(rng, longest) for _ in range(b)]
+    if sum(lengths_q) == 0:
+        lengths_q[0] = 1
+    h, hk = _heads(rng)
+    case = VarlenCase(lengths_q=lengths_q, lengths_k=lengths_k, d=rng.choice(HEAD_DIMS), dtype=dtype,
+                      h=h, hk=hk, device=device, extra_max_seqlen=rng.choice([0, 0, 7]),
+                      **_features(rng, max(lengths_q), max(lengths_k)))
+    try:
+        run_varlen(case, return_lse=rng.random() < 0.3)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n  case: {_describe(case)}") from exc
