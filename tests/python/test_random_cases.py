@@ -112,3 +112,44 @@ def test_random_varlen(device, seeded, index):
         run_varlen(case, return_lse=rng.random() < 0.3)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n  case: {_describe(case)}") from exc
+
+
+# flash_attn_with_kvcache: cache layouts and every argument drawn together
+KV_BLOCK_SIZES = [0, 0, 16, 64, 256, 48]   # 0: a contiguous cache
+
+
+@pytest.mark.parametrize("index", range(CASES))
+def test_random_kvcache(device, seeded, index):
+    from test_kvcache import run_case
+    rng = random.Random(seeded)
+    dtype = rng.choice(_dtypes(device))
+    block_size = rng.choice(KV_BLOCK_SIZES)
+    capacity = (rng.randint(1, 12) * block_size) if block_size else rng.randint(1, 1200)
+    batch = rng.randint(1, 4)
+    sq = rng.choice([1, 1, 1, rng.randint(2, 9)])
+    s_new = rng.choice([0, 1, sq, rng.randint(1, 9)])
+    s_new = min(s_new, capacity)
+    # cached rows before the append, from empty to the last that leaves room
+    seqlens = [rng.choice([0, capacity - s_new, rng.randint(0, capacity - s_new)]) for _ in range(batch)]
+    leftpad = [rng.randint(0, n) for n in seqlens] if rng.random() < 0.25 else None
+    cache_batch = batch_idx = None
+    if not block_size and rng.random() < 0.25:   # cache_batch_idx: contiguous caches only
+        cache_batch = batch + rng.randint(0, 3)
+        batch_idx = rng.sample(range(cache_batch), batch)
+    hk = rng.choice([1, 2, 4])
+    d = rng.choice([16, 20, 40, 64, 72, 96, 128, 136, 192, 256])
+    dv = d if rng.random() < 0.8 else rng.choice([12, 64, 128])
+    # rotary needs appended rows (flash_attn's rule too)
+    rotary_dim = rng.choice([0, 0, 8, (d // 2) & ~1, d & ~1]) if s_new else 0
+    f = _features(rng, sq, capacity)
+    kw = dict(dtype=dtype, batch=batch, sq=sq, h=hk * rng.choice([1, 2, 4, 8]), hk=hk, d=d, dv=dv,
+              capacity=capacity, seqlens=tuple(seqlens), s_new=s_new, block_size=block_size,
+              leftpad=None if leftpad is None else tuple(leftpad),
+              batch_idx=None if batch_idx is None else tuple(batch_idx), cache_batch=cache_batch,
+              rotary_dim=rotary_dim, interleaved=rng.random() < 0.5, causal=f.get("causal", False),
+              window=f.get("window", (-1, -1)), softcap=f.get("softcap", 0.0), alibi="alibi" in f,
+              num_splits=rng.choice([0, 0, 1, rng.randint(2, 9)]))
+    try:
+        run_case(device, **kw)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n  case: {kw}") from exc
