@@ -71,32 +71,38 @@ def _dtypes(device):
         [torch.float32, torch.bfloat16, torch.float16]
 
 
-def _describe(case) -> str:
-    return ", ".join(f"{k}={v}" for k, v in vars(case).items())
+def _draw(device, seed):
+    """The case's random source and dtype; skips where the device cannot
+    run that dtype."""
+    rng = random.Random(seed)
+    dtype = rng.choice(_dtypes(device))
+    skip_unless_device(device, dtype)
+    return rng, dtype
+
+
+def _run(description, run, *args, **kwargs):
+    """run(*args, **kwargs), a failure naming the drawn case."""
+    try:
+        run(*args, **kwargs)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n  case: {description}") from exc
 
 
 @pytest.mark.parametrize("index", range(CASES))
 def test_random_batched(device, seeded, index):
-    rng = random.Random(seeded)
-    dtype = rng.choice(_dtypes(device))
-    skip_unless_device(device, dtype)
+    rng, dtype = _draw(device, seeded)
     # the CPU's reference and kernels are slower: shorter sequences there
     longest = 700 if device == "cuda" else 260
     sq, sk = _length(rng, longest), _length(rng, longest)
     h, hk = _heads(rng)
     case = Case(sq=sq, sk=sk, d=rng.choice(HEAD_DIMS), dtype=dtype, b=rng.randint(1, 3), h=h, hk=hk,
                 device=device, **_features(rng, sq, sk))
-    try:
-        run_batched(case, return_lse=rng.random() < 0.3)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n  case: {_describe(case)}") from exc
+    _run(case, run_batched, case, return_lse=rng.random() < 0.3)
 
 
 @pytest.mark.parametrize("index", range(CASES))
 def test_random_varlen(device, seeded, index):
-    rng = random.Random(seeded)
-    dtype = rng.choice(_dtypes(device))
-    skip_unless_device(device, dtype)
+    rng, dtype = _draw(device, seeded)
     longest = 500 if device == "cuda" else 200
     b = rng.randint(1, 5)
     # empty sequences on either side too
@@ -108,10 +114,7 @@ def test_random_varlen(device, seeded, index):
     case = VarlenCase(lengths_q=lengths_q, lengths_k=lengths_k, d=rng.choice(HEAD_DIMS), dtype=dtype,
                       h=h, hk=hk, device=device, extra_max_seqlen=rng.choice([0, 0, 7]),
                       **_features(rng, max(lengths_q), max(lengths_k)))
-    try:
-        run_varlen(case, return_lse=rng.random() < 0.3)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n  case: {_describe(case)}") from exc
+    _run(case, run_varlen, case, return_lse=rng.random() < 0.3)
 
 
 # flash_attn_with_kvcache: cache layouts and every argument drawn together
@@ -121,8 +124,7 @@ KV_BLOCK_SIZES = [0, 0, 16, 64, 256, 48]   # 0: a contiguous cache
 @pytest.mark.parametrize("index", range(CASES))
 def test_random_kvcache(device, seeded, index):
     from test_kvcache import run_case
-    rng = random.Random(seeded)
-    dtype = rng.choice(_dtypes(device))
+    rng, dtype = _draw(device, seeded)
     block_size = rng.choice(KV_BLOCK_SIZES)
     capacity = (rng.randint(1, 12) * block_size) if block_size else rng.randint(1, 1200)
     batch = rng.randint(1, 4)
@@ -149,7 +151,4 @@ def test_random_kvcache(device, seeded, index):
               rotary_dim=rotary_dim, interleaved=rng.random() < 0.5, causal=f.get("causal", False),
               window=f.get("window", (-1, -1)), softcap=f.get("softcap", 0.0), alibi="alibi" in f,
               num_splits=rng.choice([0, 0, 1, rng.randint(2, 9)]))
-    try:
-        run_case(device, **kw)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n  case: {kw}") from exc
+    _run(kw, run_case, device, **kw)
