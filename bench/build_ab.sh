@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Two builds of the library that differ only in compiler flags (a kernel
-# variant behind a macro), timed against each other on one GPU (or the CPU)
-# in one call:
+# Two builds of the library that differ in compiler flags (a kernel
+# variant behind a macro) or in their source trees (a commit against the
+# working tree), timed against each other on one GPU (or the CPU) in one
+# call:
 # both builds of flashc_bench, then ROUNDS rounds of the same flashc_bench
 # arguments on each, the order of the two turned every round (the card's
 # clocks drift over a minute; a fixed order would put the drift in the
@@ -17,9 +18,12 @@
 # and prints the latter with the geometric mean.
 #
 # Environment:
-#   VARIANT_FLAGS  nvcc flags of the variant build (required; C compiler
-#                  flags with DEVICE=cpu)
+#   VARIANT_FLAGS  nvcc flags of the variant build (C compiler flags with
+#                  DEVICE=cpu; required unless BASE_SRC is set)
 #   BASE_FLAGS     the base build's (default none)
+#   BASE_SRC       the base build's source tree (default the repository;
+#                  e.g. `git worktree add /tmp/base HEAD` to time the
+#                  working tree's changes against HEAD)
 #   DEVICE         cuda (default) or cpu: a CPU-only build, timed on the CPU
 #   BENCH_ENV      variables set for both builds' runs, split at spaces
 #   BASE_ENV, VARIANT_ENV  variables for one build's runs only (e.g. a
@@ -33,7 +37,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-: "${VARIANT_FLAGS:?set VARIANT_FLAGS: the compiler flags of the variant build}"
+[ -n "${BASE_SRC:-}" ] || : "${VARIANT_FLAGS:?set VARIANT_FLAGS (compiler flags of the variant build) or BASE_SRC}"
+VARIANT_FLAGS="${VARIANT_FLAGS:-}"
 DEVICE="${DEVICE:-cuda}"
 OUT="${OUT:-$ROOT/build-ab-out}"
 AB_DIR="${AB_DIR:-$ROOT/build-ab-builds}"
@@ -43,11 +48,11 @@ read -r -a bench_env <<< "${BENCH_ENV:-}"
 read -r -a base_env <<< "${BASE_ENV:-}"
 read -r -a variant_env <<< "${VARIANT_ENV:-}"
 
-build() { # name, compiler flags
+build() { # name, compiler flags, source tree
     local dir="$AB_DIR/$1" flags=(-DFLASHC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}"
                                    -DCMAKE_CUDA_FLAGS="$2")
     [ "$DEVICE" = cpu ] && flags=(-DFLASHC_CUDA=OFF -DCMAKE_C_FLAGS="$2")
-    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DFLASHC_BUILD_TESTS=OFF "${flags[@]}" > "$OUT/build_$1.log" 2>&1
+    cmake -S "$3" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DFLASHC_BUILD_TESTS=OFF "${flags[@]}" > "$OUT/build_$1.log" 2>&1
     cmake --build "$dir" -j "${JOBS:-16}" --target flashc_bench >> "$OUT/build_$1.log" 2>&1
 }
 
@@ -59,9 +64,10 @@ run() { # round, name
 }
 
 start=$(date +%s)
-build base "${BASE_FLAGS:-}"
-build variant "$VARIANT_FLAGS"
+build base "${BASE_FLAGS:-}" "${BASE_SRC:-.}"
+build variant "$VARIANT_FLAGS" .
 echo "# builds: $(($(date +%s) - start)) s; base flags '${BASE_FLAGS:-}', variant flags '$VARIANT_FLAGS';" \
+    "base source ${BASE_SRC:-.};" \
     "env: both '${BENCH_ENV:-}', base '${BASE_ENV:-}', variant '${VARIANT_ENV:-}'"
 : > "$OUT/build_ab_runs.tsv"
 for round in $(seq 1 "$ROUNDS"); do

@@ -327,6 +327,21 @@ static __device__ __forceinline__ float flashc_fwd_row_lse(float row_max, float 
     return sum > 0.0f ? (row_max + log2f(sum)) * (float)FLASHC_LN2 : INFINITY;
 }
 
+/* The finished rows of one warp's fragments, for the epilogues below:
+ * visit(i, half, r, row, sum) for each half of each row atom i, r = 2 i +
+ * half the softmax state's entry, `row` the lane's row within the block
+ * and `sum` the row's whole sum (its quad's lanes added). */
+template <int ROW_ATOMS, class Visit>
+static __device__ __forceinline__ void flashc_fwd_each_row(const flashc_softmax_state<ROW_ATOMS> &st,
+                                                           int warp_row0, int lane, Visit visit) {
+#pragma unroll
+    for (int i = 0; i < ROW_ATOMS; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+            visit(i, half, 2 * i + half, warp_row0 + 16 * i + 8 * half + lane / 4,
+                  flashc_quad_sum(st.row_sum[2 * i + half]));
+}
+
 /* Epilogue of one warp straight from the fragments (the Hopper forward's;
  * the portable kernel stages its rows, below): O / rowsum (times
  * `rescale`, the dropout factor) and LSE = m + log(sum); `out` and `lse`
@@ -337,26 +352,19 @@ static __device__ __forceinline__ void flashc_fwd_store_rows(const flashc_fwd_pa
                                                              const flashc_softmax_state<ROW_ATOMS> &st,
                                                              const float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4],
                                                              int warp_row0, int rows, float rescale, int lane) {
+    flashc_fwd_each_row(st, warp_row0, lane, [&](int i, int half, int r, int row, float sum) {
+        if (row >= rows) return;
+        const float inv = flashc_fwd_row_factor(rescale, sum);
+        T *o_row = out + row * p.o_row_stride;
 #pragma unroll
-    for (int i = 0; i < ROW_ATOMS; ++i)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int r = 2 * i + half;
-            const float sum = flashc_quad_sum(st.row_sum[r]);
-            const int row = warp_row0 + 16 * i + 8 * half + lane / 4; /* within the block */
-            if (row >= rows) continue;
-            const float inv = flashc_fwd_row_factor(rescale, sum);
-            T *o_row = out + row * p.o_row_stride;
-#pragma unroll
-            for (int d = 0; d < OUT_ATOMS; ++d) {
-                const int col = 8 * d + 2 * (lane % 4);
-                if (col < p.head_dim_v)
-                    *reinterpret_cast<uint32_t *>(o_row + col) =
-                        flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
-            }
-            if (lse && lane % 4 == 0)
-                lse[row * p.lse_row_stride] = flashc_fwd_row_lse(st.row_max[r], sum);
+        for (int d = 0; d < OUT_ATOMS; ++d) {
+            const int col = 8 * d + 2 * (lane % 4);
+            if (col < p.head_dim_v)
+                *reinterpret_cast<uint32_t *>(o_row + col) =
+                    flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
         }
+        if (lse && lane % 4 == 0) lse[row * p.lse_row_stride] = flashc_fwd_row_lse(st.row_max[r], sum);
+    });
 }
 
 /* The portable kernel's epilogue of one warp: O / rowsum (times
@@ -376,21 +384,17 @@ static __device__ __forceinline__ void flashc_fwd_store_rows_staged(const flashc
                                                                     const float (&acc_o)[ROW_ATOMS][OUT_ATOMS][4],
                                                                     unsigned char *stage, int warp_row0, int rows,
                                                                     float rescale, int lane) {
+    /* every row goes to the stage, rows past `rows` too (they are never
+     * read back) */
+    flashc_fwd_each_row(st, warp_row0, lane, [&](int i, int half, int r, int row, float sum) {
+        const float inv = flashc_fwd_row_factor(rescale, sum);
 #pragma unroll
-    for (int i = 0; i < ROW_ATOMS; ++i)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int r = 2 * i + half;
-            const float sum = flashc_quad_sum(st.row_sum[r]);
-            const int row = warp_row0 + 16 * i + 8 * half + lane / 4; /* within the block */
-            const float inv = flashc_fwd_row_factor(rescale, sum);
-#pragma unroll
-            for (int d = 0; d < OUT_ATOMS; ++d)
-                *reinterpret_cast<uint32_t *>(stage + L::offset(row, d) + 4 * (lane % 4)) =
-                    flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
-            if (lse && lane % 4 == 0 && row < rows)
-                lse[row * p.lse_row_stride] = flashc_fwd_row_lse(st.row_max[r], sum);
-        }
+        for (int d = 0; d < OUT_ATOMS; ++d)
+            *reinterpret_cast<uint32_t *>(stage + L::offset(row, d) + 4 * (lane % 4)) =
+                flashc_pack2<T>(acc_o[i][d][2 * half] * inv, acc_o[i][d][2 * half + 1] * inv);
+        if (lse && lane % 4 == 0 && row < rows)
+            lse[row * p.lse_row_stride] = flashc_fwd_row_lse(st.row_max[r], sum);
+    });
     __syncwarp();
     constexpr int CHUNKS = HEAD_DIM / 8; /* 16-byte chunks of a row */
     constexpr int ROW_LANES = CHUNKS < 32 ? CHUNKS : 32;
