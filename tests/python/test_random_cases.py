@@ -68,7 +68,7 @@ def _heads(rng: random.Random):
 
 def _dtypes(device):
     return [torch.bfloat16, torch.float16] if device == "cuda" else \
-        [torch.float32, torch.bfloat16, torch.float16]
+        [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 
 
 def _draw(device, seed):
