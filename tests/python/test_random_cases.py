@@ -17,6 +17,7 @@ import torch
 
 from cases import Case, VarlenCase, run_batched, run_varlen
 from conftest import FULL, skip_unless_device
+from test_kvcache import run_case
 
 # head dims: every compiled configuration of the CUDA kernels (64, 96, 128,
 # 192, 256) and sizes between them, padded up to the next one
@@ -123,7 +124,6 @@ KV_BLOCK_SIZES = [0, 0, 16, 64, 256, 48]   # 0: a contiguous cache
 
 @pytest.mark.parametrize("index", range(CASES))
 def test_random_kvcache(device, seeded, index):
-    from test_kvcache import run_case
     rng, dtype = _draw(device, seeded)
     block_size = rng.choice(KV_BLOCK_SIZES)
     capacity = (rng.randint(1, 12) * block_size) if block_size else rng.randint(1, 1200)
