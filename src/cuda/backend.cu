@@ -124,14 +124,6 @@ flashc_status flashc_cuda_on_device(int device, cudaError_t (*body)(const void *
     return FLASHC_SUCCESS;
 }
 
-/* Whether the portable kernels' general variant runs the problem (forward
- * and backward alike): softcap, ALiBi or dropout is on, or the scale is
- * negative (the plain kernels take row maxima of raw dot products and fold
- * the scale into the exponent, which is right only for a positive scale). */
-static int needs_general_kernel(const flashc_problem *p, const flashc_fwd_params &k) {
-    return p->softcap > 0.0 || p->alibi_slopes != NULL || k.dropout_threshold != 0u || p->scale < 0.0;
-}
-
 static cudaError_t forward_body(const void *arg) {
     const flashc_problem *p = (const flashc_problem *)arg;
     const flashc_fwd_params k = flashc_cuda_fwd_params(p);
@@ -141,7 +133,7 @@ static cudaError_t forward_body(const void *arg) {
     scratch.context = p->scratch_context;
     scratch.device.type = FLASHC_DEVICE_CUDA;
     scratch.device.index = p->device_index;
-    cudaError_t err = flashc_fwd_dispatch(&k, &scratch, p->stream, is_bf16, needs_general_kernel(p, k));
+    cudaError_t err = flashc_fwd_dispatch(&k, &scratch, p->stream, is_bf16, flashc_needs_general_kernel(p));
     if (err == cudaSuccess && p->is_varlen) err = flashc_fwd_fill_outside_rows(&k, is_bf16, p->stream);
     if (err == cudaSuccess && p->s_dmask.data) err = flashc_fwd_write_dmask(&k, &p->s_dmask, is_bf16, p->stream);
     return err;
@@ -266,7 +258,7 @@ static cudaError_t backward_body(const void *arg) {
     const int is_bf16 = p->dtype == FLASHC_DTYPE_BFLOAT16;
     cudaError_t err = flashc_bwd_preprocess(&k, is_bf16, p->stream);
     if (err == cudaSuccess) err = flashc_bwd_dispatch(&k, p->stream, is_bf16, plan.head_dim, plan.small,
-                                                      needs_general_kernel(p, k.fwd), &k.dq_blocked);
+                                                      flashc_needs_general_kernel(p), &k.dq_blocked);
     if (err == cudaSuccess) err = flashc_bwd_convert_dq(&k, is_bf16, p->stream);
     if (err == cudaSuccess && p->is_varlen) err = flashc_bwd_zero_unused_rows(&k, is_bf16, p->stream);
     return err;

@@ -56,7 +56,8 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
     if (sched.tiles == 0) return cudaSuccess;
     /* a tail: the schedule's last tiles, with the workspace's slots (laid
      * out in the plan's block_n x head_dim, this configuration's) */
-    if (p.tail.ctas && (p.tail.first + p.tail.tiles != sched.tiles || !p.tail_slots || !p.tail_counts))
+    if (p.tail.ctas &&
+        (GENERAL || p.tail.first + p.tail.tiles != sched.tiles || !p.tail_slots || !p.tail_counts))
         return cudaErrorInvalidValue;
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
@@ -81,7 +82,10 @@ static cudaError_t flashc_bwd_launch(const flashc_bwd_params &p, cudaStream_t st
         err = cudaGetLastError();
         if (err != cudaSuccess) return err;
     }
-    if (p.tail.ctas) return flashc_bwd_launch_tail<T, HEAD_DIM, SMALL, GENERAL>(p, sched, stages, smem, stream);
+    /* the general variant has no tail kernel (bwd_workspace.h: the plan
+     * takes none for it) */
+    if constexpr (!GENERAL)
+        if (p.tail.ctas) return flashc_bwd_launch_tail<T, HEAD_DIM, SMALL, GENERAL>(p, sched, stages, smem, stream);
     return cudaSuccess;
 }
 

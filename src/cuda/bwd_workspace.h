@@ -256,6 +256,15 @@ static inline int flashc_bwd_portable_head_splits(const flashc_problem *p, const
     return s;
 }
 
+/* Whether the portable kernels' general variant runs the problem (forward
+ * and backward alike): softcap, ALiBi or dropout is on, or the scale is
+ * negative (the plain kernels take row maxima of raw dot products and fold
+ * the scale into the exponent, which is right only for a positive scale). */
+static inline bool flashc_needs_general_kernel(const flashc_problem *p) {
+    return p->softcap > 0.0 || p->alibi_slopes != NULL || (p->dropout_p > 0.0 && p->dropout_threshold != 0u) ||
+           p->scale < 0.0;
+}
+
 /* hopper: the Hopper kernel will run the problem (flashc_hopper_bwd_applies);
  * sms: the device's multiprocessors. */
 static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool hopper, int sms, int smem_optin) {
@@ -302,9 +311,13 @@ static inline flashc_bwd_plan flashc_bwd_plan_of(const flashc_problem *p, bool h
         plan.head_splits = flashc_bwd_portable_head_splits(p, &plan, sms);
     /* tiles of one cost each (no mask, window or varlen; one CTA per key
      * block, each walking the whole group): the last partial wave shared
-     * out (tail_split.h) */
+     * out (tail_split.h). The plain variant only, as in the forward: the
+     * general one's tail kernels spilled the most of the backward and took
+     * a third of its compile time, for 1-3 % on the problems that take a
+     * tail (non-causal, unwindowed, not varlen: bench/NOTES.md, "the clean
+     * build's time") */
     if (!hopper && !p->deterministic && plan.head_splits == 1 && !p->is_varlen && p->window_left < 0 &&
-        p->window_right < 0) {
+        p->window_right < 0 && !flashc_needs_general_kernel(p)) {
         const int64_t m_blocks = (p->seqlen_q + plan.block_m - 1) / plan.block_m;
         plan.tail = flashc_tail_plan(plan.key_blocks * p->batch * p->nheads_k, p->nheads / p->nheads_k * m_blocks,
                                      sms, FLASHC_BWD_TILE_START, FLASHC_BWD_TAIL_SLOT);
