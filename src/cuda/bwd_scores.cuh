@@ -71,7 +71,7 @@ static __device__ __forceinline__ void flashc_bwd_scores(const float (&s)[ROW_AT
                     if (!GENERAL) {
                         logit = fmaf(x, p.scale_log2, -lse2[r]); /* LSE folded in */
                     } else if (SOFTCAP) {
-                        th = tanhf(x * p.softcap_inv_scale);
+                        th = flashc_tanh(x * p.softcap_inv_scale);
                         logit = p.softcap_log2 * th;
                     } else {
                         logit = x * p.scale_log2;

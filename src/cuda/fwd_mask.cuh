@@ -12,6 +12,7 @@
 
 #include "../core/semantics.h"
 #include "fwd_params.h"
+#include "ptx.cuh"
 
 /* The ALiBi slope of (batch, head) times log2(e); 0 without ALiBi. */
 static __device__ __forceinline__ float flashc_alibi_slope_log2(const flashc_fwd_params &p, int batch, int head) {
@@ -54,7 +55,7 @@ static __device__ __forceinline__ void flashc_apply_logit_rule(float (&acc)[ROW_
             for (int e = 0; e < 4; ++e) {
                 float x = acc[i][j][e];
                 if (p.softcap_inv_scale != 0.0f)
-                    x = p.softcap_log2 * tanhf(x * p.softcap_inv_scale);
+                    x = p.softcap_log2 * flashc_tanh(x * p.softcap_inv_scale);
                 else
                     x *= p.scale_log2;
                 if (alibi_slope_log2 != 0.0f) {

@@ -41,7 +41,7 @@ static __device__ __forceinline__ float flashc_hopper_bwd_logit(float x, const f
                                                                 float alibi_slope_log2, float *th) {
     float logit;
     if (SOFTCAP) {
-        *th = tanhf(x * p.softcap_inv_scale);
+        *th = flashc_tanh(x * p.softcap_inv_scale);
         logit = p.softcap_log2 * *th;
     } else {
         logit = x * p.scale_log2;

@@ -56,7 +56,7 @@ static __device__ __forceinline__ void flashc_kvc_scores(float (&acc)[1][COL_ATO
         for (int e = 0; e < 4; ++e) {
             const int h = e / 2, col = col0 + 8 * j + e % 2;
             float x = acc[0][j][e];
-            x = p.softcap_inv_scale != 0.0f ? p.softcap_log2 * tanhf(x * p.softcap_inv_scale) : x * p.scale_log2;
+            x = p.softcap_inv_scale != 0.0f ? p.softcap_log2 * flashc_tanh(x * p.softcap_inv_scale) : x * p.scale_log2;
             if (rows.alibi_log2[h] != 0.0f) x -= rows.alibi_log2[h] * (float)abs(rows.row[h] + shift - col);
             acc[0][j][e] = col >= rows.lo[h] && col < rows.hi[h] ? x : -INFINITY;
         }
