@@ -27,7 +27,7 @@
  * TAIL: the kernel of the shared last wave (tail_split.h), launched after
  * the main grid's full waves: each CTA runs one or two segments (a range
  * of a tile's iterations), and a tile's segments add their dK / dV in CTA
- * order before the epilogue. */
+ * order before the epilogue (the plain variant only). */
 #ifndef FLASHC_CUDA_BWD_KERNEL_CUH
 #define FLASHC_CUDA_BWD_KERNEL_CUH
 
@@ -156,6 +156,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     static_assert(KV_KEYS % 16 == 0 && KV_DIMS % 16 == 0, "dK / dV warp tiles of whole 16 x 16 atoms");
     static_assert(Q_ROWS % 16 == 0 && Q_DIMS % DQ_CHUNK == 0 && DQ_CHUNK % 16 == 0, "dQ warp tiles");
     static_assert(BLOCK_M % 4 == 0 && BLOCK_M / 2 <= THREADS, "LSE / D rows load as 16-byte chunks, one per thread");
+    static_assert(!(GENERAL && TAIL), "the shared last wave runs the plain variant only (bwd_workspace.h)");
     /* swizzled tiles (smem_tile.cuh): each starts on a 128-byte line, and
      * a lane's chunk offset within a warp tile shares no bit with the
      * GEMM's chunk steps (2 jp < KV_DIMS / 8, 2 jp < DQ_CHUNK / 8) */
