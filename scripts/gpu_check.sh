@@ -5,8 +5,10 @@
 #
 #   build     Release build with the CUDA backend; ptxas -v resource usage
 #             (registers, shared memory, stack, spills) in build.log
-#   ctest     every C test, test_cuda_forward and test_cuda_backward (quick
-#             mode) with their output, test_cuda_kvcache again on the
+#   ctest     every C test (test_cuda_forward's suite once more on the
+#             portable kernel among them), test_cuda_forward and
+#             test_cuda_backward (quick mode) with their output,
+#             test_cuda_kvcache again on the
 #             portable kernel and on the Hopper wide kernel (quick), the portable kernels under the
 #             shared memory of an sm_86 / sm_89 part (FLASHC_CUDA_SMEM_LIMIT),
 #             the portable backward under an A100's and its GQA head splits,
