@@ -145,6 +145,7 @@ static __device__ __forceinline__ float flashc_exp2(float x) {
  * here). +-1 past |x| = 44 (e^(2x) is inf or 0), never NaN for finite x. */
 static __device__ __forceinline__ float flashc_tanh(float x) {
     float r;
+    /* e^(2x) = 2^(2 log2(e) x) */
     asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(flashc_exp2(x * 2.8853900817779268f) + 1.0f));
     return fmaf(-2.0f, r, 1.0f);
 }
