@@ -18,6 +18,7 @@ extern "C" {
 #include "bwd_workspace.h"
 #include "fwd_launch.h"
 #include "hopper_bwd.h"
+#include "kernel_variant.h"
 
 extern "C" int flashc_cuda_device_count(void) {
     int n = 0;

@@ -37,6 +37,7 @@
 #include "bwd_config.h"
 #include "tail_split.h"
 #include "hopper_bwd_config.h"
+#include "kernel_variant.h"
 #include "bwd_visibility.h"
 #include "tile_schedule.h"
 
@@ -254,15 +255,6 @@ static inline int flashc_bwd_portable_head_splits(const flashc_problem *p, const
     next = (next + 1) % FLASHC_BWD_SPLIT_CACHE;
     if (filled < FLASHC_BWD_SPLIT_CACHE) ++filled;
     return s;
-}
-
-/* Whether the portable kernels' general variant runs the problem (forward
- * and backward alike): softcap, ALiBi or dropout is on, or the scale is
- * negative (the plain kernels take row maxima of raw dot products and fold
- * the scale into the exponent, which is right only for a positive scale). */
-static inline bool flashc_needs_general_kernel(const flashc_problem *p) {
-    return p->softcap > 0.0 || p->alibi_slopes != NULL || (p->dropout_p > 0.0 && p->dropout_threshold != 0u) ||
-           p->scale < 0.0;
 }
 
 /* hopper: the Hopper kernel will run the problem (flashc_hopper_bwd_applies);
