@@ -82,8 +82,11 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
     unsigned char *sStages = smem + (stages_addr - smem_addr);
 
     /* The split combine (a programmatic dependent launch) may be scheduled
-     * now: it waits for this grid's completion itself. */
+     * now: it waits for this grid's completion itself. This grid is one
+     * too: Q, the cache (the append) and the block table are read only
+     * past the wait for the kernel before it. */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
     const flashc_kvc_work work = flashc_kvc_work_of(p, BLOCK_M, BLOCK_N);
     if (work.rows <= 0) return; /* varlen: past this sequence's rows */
@@ -128,6 +131,14 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
      * rows (four table reads per step) this took 3-6 % off the decode time
      * on the H200 (bench/NOTES.md). */
     int2 pending = make_int2(-1, 0);
+    /* Where one m-block covers every query row of the group, each K / V
+     * byte is read by one CTA once: evict it from L2 first, so it does
+     * not push out what the other CTAs' boxes and the partials need. */
+    uint64_t policy;
+    if ((long long)p.seqlen_q * p.group <= BLOCK_M)
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    else
+        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
     /* Thread 0: step `step`'s boxes into stage `stage`, completing on its
      * mbarrier. */
     auto issue = [&](int step, int stage) {
@@ -150,8 +161,8 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
 #pragma unroll
             for (int box = 0; box < H::BOXES; ++box) {
                 const uint32_t at = (uint32_t)(box * BLOCK_N * 128 + i * box_rows * 128);
-                flashc_tma_load_4d(sK + at, &k_map, 64 * box, c[i].x, head_k, c[i].y, bar);
-                flashc_tma_load_4d(sV + at, &v_map, 64 * box, c[i].x, head_k, c[i].y, bar);
+                flashc_tma_load_4d_hint(sK + at, &k_map, 64 * box, c[i].x, head_k, c[i].y, bar, policy);
+                flashc_tma_load_4d_hint(sV + at, &v_map, 64 * box, c[i].x, head_k, c[i].y, bar, policy);
             }
         }
     };
@@ -211,22 +222,30 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
                 if (i + STAGES + 1 < steps) pending = fetch_coords(i + STAGES + 1);
             }
 
-            /* S = Q K^T over this warp's keys. */
-            float acc_s[1][COL_ATOMS][4];
+            /* S = Q K^T over this warp's keys, the even k-steps into acc_s and
+             * the odd ones into acc_s2: four dependent mma chains of four
+             * instead of two of eight, since a lone CTA's step is bound by
+             * their latency (bench/NOTES.md). */
+            float acc_s[1][COL_ATOMS][4], acc_s2[1][COL_ATOMS][4];
 #pragma unroll
             for (int j = 0; j < COL_ATOMS; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc_s[0][j][e] = 0.0f;
+                for (int e = 0; e < 4; ++e) acc_s[0][j][e] = acc_s2[0][j][e] = 0.0f;
 #pragma unroll
             for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
+                float (&acc)[1][COL_ATOMS][4] = ks % 2 ? acc_s2 : acc_s;
 #pragma unroll
                 for (int jp = 0; jp < KEYS_PER_WARP / 16; ++jp) {
                     uint32_t bk[4];
                     flashc_ldmatrix_x4(bk, sK + flashc_hopper_kvc_swizzle<BLOCK_N>(k_row + 16 * jp, 2 * ks + k_chunk));
-                    flashc_mma16816<T>(acc_s[0][2 * jp], q_frag[ks], bk[0], bk[1]);
-                    flashc_mma16816<T>(acc_s[0][2 * jp + 1], q_frag[ks], bk[2], bk[3]);
+                    flashc_mma16816<T>(acc[0][2 * jp], q_frag[ks], bk[0], bk[1]);
+                    flashc_mma16816<T>(acc[0][2 * jp + 1], q_frag[ks], bk[2], bk[3]);
                 }
             }
+#pragma unroll
+            for (int j = 0; j < COL_ATOMS; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc_s[0][j][e] += acc_s2[0][j][e];
             flashc_kvc_scores(acc_s, p, frag_rows, n_block * BLOCK_N + warp_n * KEYS_PER_WARP + 2 * (lane % 4),
                               shift);
             flashc_softmax_update(st, acc_s, acc_o, 1.0f);

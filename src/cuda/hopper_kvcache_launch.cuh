@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include "dependent_launch.cuh"
 #include "hopper_kvcache.h"
 #include "hopper_kvcache_kernel.cuh"
 #include "launch_grid.h"
@@ -23,8 +24,9 @@ static cudaError_t flashc_hopper_kvc_launch(const flashc_kvc_params &p, const fl
     unsigned grid;
     err = flashc_flat_grid(m_blocks * p.num_splits, p.nheads_k, p.batch, &grid);
     if (err != cudaSuccess || grid == 0) return err;
-    kernel<<<grid, H::P::THREADS, H::SMEM_BYTES, stream>>>(p, m.k, m.v);
-    return cudaGetLastError();
+    /* a programmatic dependent of the kernel before it (the append, or the
+     * previous layer's): its CTAs are scheduled while that one's last run */
+    return flashc_launch_dependent(kernel, dim3(grid), dim3(H::P::THREADS), H::SMEM_BYTES, stream, true, p, m.k, m.v);
 }
 
 #define FLASHC_HOPPER_KVC_DEFINE_RUN(HEAD_DIM)                                                                  \

@@ -133,6 +133,16 @@ static __device__ __forceinline__ void flashc_tma_load_4d(uint32_t dst, const vo
         : "memory");
 }
 
+/* The same with an L2 cache policy (createpolicy). */
+static __device__ __forceinline__ void flashc_tma_load_4d_hint(uint32_t dst, const void *map, int c0, int c1, int c2,
+                                                               int c3, uint32_t bar, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4, "
+        "%5}], [%6], %7;\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(policy)
+        : "memory");
+}
+
 /* ---- wgmma ----------------------------------------------------------------
  * m64nNk16 with float32 accumulators, N/2 registers per thread: register i
  * of warp w (of the warpgroup) holds row 16w + lane/4 + 8*((i/2)%2), column

@@ -51,8 +51,7 @@ __global__ void __launch_bounds__(FLASHC_KVC_COMBINE_THREADS) flashc_kvc_combine
 
     T *out = reinterpret_cast<T *>(p.out) + b * p.o_batch_stride + r * p.o_row_stride + head * p.o_head_stride;
     constexpr int BATCH = 8; /* partial rows in flight per lane */
-    float lse2 = 0.0f;
-    bool have_lse = false;
+    float lse2 = -INFINITY;
     for (int c0 = 0; c0 < p.head_dim_v; c0 += 128) {
         const int c = c0 + 4 * lane, c_read = min(c, p.head_dim_v - 4);
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -68,15 +67,15 @@ __global__ void __launch_bounds__(FLASHC_KVC_COMBINE_THREADS) flashc_kvc_combine
                                                          c_read);
                 lse_s[u] = s < p.num_splits ? p.lse_partial[s_read * p.partial_rows + row] : -INFINITY;
             }
-            if (!have_lse) {
-                lse2 = flashc_kvc_combined_lse2(p, row, lane);
-                have_lse = true;
-            }
+            if (c0 == 0 && s0 == warp) lse2 = flashc_kvc_combined_lse2(p, row, lane);
 #pragma unroll
             for (int u = 0; u < BATCH; ++u) {
                 /* an empty split (LSE -inf) wrote no out row: weight 0 and
-                 * its values dropped by a select (0 x NaN would be NaN) */
-                const float w = lse_s[u] != -INFINITY && c < p.head_dim_v ? flashc_exp2(lse_s[u] - lse2) : 0.0f;
+                 * its values dropped by a select (0 x NaN would be NaN); a
+                 * row without a sum (every split empty, or a NaN LSE) is 0 */
+                const float w = lse_s[u] != -INFINITY && lse2 != -INFINITY && c < p.head_dim_v
+                                    ? flashc_exp2(lse_s[u] - lse2)
+                                    : 0.0f;
                 const float4 x = w != 0.0f ? y[u] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 o.x += w * x.x, o.y += w * x.y, o.z += w * x.z, o.w += w * x.w;
             }

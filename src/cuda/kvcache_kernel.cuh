@@ -26,6 +26,7 @@
 #ifndef FLASHC_CUDA_KVCACHE_KERNEL_CUH
 #define FLASHC_CUDA_KVCACHE_KERNEL_CUH
 
+#include <limits.h>
 #include <math.h>
 
 #include "../core/semantics.h"
@@ -38,11 +39,14 @@
 #include "smem_tile.cuh"
 
 /* What a thread knows of its two fragment rows (g and g + 8 of its warp's
- * 16): the query row, the visible keys [lo, hi), the ALiBi slope. */
+ * 16): the query row, the visible keys [lo, hi), the ALiBi slope; and the
+ * keys [plain_lo, plain_hi) whose logits are the scaled dot product alone
+ * (visible to both rows, no softcap, no ALiBi; empty when either applies). */
 struct flashc_kvc_rows {
     int row[2];
     int lo[2], hi[2];
     float alibi_log2[2];
+    int plain_lo, plain_hi;
 };
 
 /* Raw dot products of this warp's S tile -> logits in the log2 domain,
@@ -50,6 +54,16 @@ struct flashc_kvc_rows {
 template <int COL_ATOMS>
 static __device__ __forceinline__ void flashc_kvc_scores(float (&acc)[1][COL_ATOMS][4], const flashc_kvc_params &p,
                                                          const flashc_kvc_rows &rows, int col0, int shift) {
+    /* Away from the window's and the cache's edges, the mask, softcap and
+     * ALiBi are skipped: the step's path from S to the row maximum is what
+     * a CTA alone on an SM waits on (bench/NOTES.md). */
+    if (col0 >= rows.plain_lo && col0 + 8 * (COL_ATOMS - 1) + 1 < rows.plain_hi) {
+#pragma unroll
+        for (int j = 0; j < COL_ATOMS; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[0][j][e] *= p.scale_log2;
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < COL_ATOMS; ++j)
 #pragma unroll
@@ -119,6 +133,12 @@ static __device__ __forceinline__ flashc_kvc_rows flashc_kvc_rows_of(const flash
                                     (float)FLASHC_LOG2E
                               : 0.0f;
     }
+    /* Rows past the block (zero Q, never written) take the real rows'
+     * plain keys, which are all below the cache length. */
+    const bool real0 = warp_m * 16 + lane / 4 < rows, real1 = warp_m * 16 + lane / 4 + 8 < rows;
+    r.plain_lo = max(real0 ? r.lo[0] : 0, real1 ? r.lo[1] : 0);
+    r.plain_hi = min(real0 ? r.hi[0] : seq.sk, real1 ? r.hi[1] : seq.sk);
+    if (p.softcap_inv_scale != 0.0f || r.alibi_log2[0] != 0.0f || r.alibi_log2[1] != 0.0f) r.plain_hi = INT_MIN;
     return r;
 }
 
