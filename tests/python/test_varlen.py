@@ -165,15 +165,18 @@ def test_varlen_back_to_back_reuses_memory(device):
                               causal=True, device=device))
 
 
-def test_all_query_sequences_empty(device):
+@pytest.mark.parametrize("lengths_k", [[3, 3], [300, 200]])
+def test_all_query_sequences_empty(device, lengths_k):
     # total_q = 0: an empty output, zero dK/dV, also when dout is an
-    # expanded (stride 0) view as out.sum() gives.
+    # expanded (stride 0) view as out.sum() gives; keys of one tile and of
+    # many (where the forward would split them).
     skip_unless_device(device, torch.bfloat16)
+    total_k = sum(lengths_k)
     q = torch.randn(0, 2, 8, dtype=torch.bfloat16, device=device, requires_grad=True)
-    k = torch.randn(6, 2, 8, dtype=torch.bfloat16, device=device, requires_grad=True)
+    k = torch.randn(total_k, 2, 8, dtype=torch.bfloat16, device=device, requires_grad=True)
     cu_q = torch.tensor([0, 0, 0], dtype=torch.int32, device=device)
-    cu_k = torch.tensor([0, 3, 6], dtype=torch.int32, device=device)
-    out = flashc.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 0, 3)
+    cu_k = torch.tensor([0, lengths_k[0], total_k], dtype=torch.int32, device=device)
+    out = flashc.flash_attn_varlen_func(q, k, k, cu_q, cu_k, 0, max(lengths_k))
     assert out.shape == (0, 2, 8)
     out.sum().backward()
     assert k.grad.shape == k.shape and (k.grad == 0).all()
