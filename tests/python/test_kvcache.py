@@ -377,34 +377,83 @@ def test_errors_write_nothing(device):
     assert torch.equal(paged[3, 7], k[0, 0]) and torch.equal(paged[7, 7], k[1, 0])
 
 
-def test_paged_varlen_forward(device):
-    dtype = torch.bfloat16
+def paged_varlen_case(device, dtype, lens_q, lens_k, h=4, hk=2, d=64, dv=64, bs=16,
+                      causal=True, window=(-1, -1), softcap=0.0, alibi=False):
+    """flash_attn_varlen_func over a paged cache (blocks in random order,
+    spare ones NaN) against the reference gathered through the table."""
     skip_unless_device(device, dtype)
-    h, hk, d, bs = 4, 2, 64, 16
-    lens_q, lens_k = [3, 0, 9], [40, 7, 100]
-    nblocks = 24
+    batch = len(lens_q)
+    per_seq = max(1, max(-(-n // bs) for n in lens_k))
+    nblocks = batch * per_seq + 2
     k = torch.randn(nblocks, bs, hk, d).to(dtype)
-    v = torch.randn(nblocks, bs, hk, d).to(dtype)
-    table = torch.randperm(nblocks)[:3 * 7].view(3, 7).to(torch.int32)
+    v = torch.randn(nblocks, bs, hk, dv).to(dtype)
+    table = torch.randperm(nblocks)[:batch * per_seq].view(batch, per_seq).to(torch.int32)
+    unused = torch.ones(nblocks, dtype=torch.bool)
+    unused[table.flatten().long()] = False
+    k[unused], v[unused] = float("nan"), float("nan")
     q = torch.randn(sum(lens_q), h, d).to(dtype)
-    cu_q = torch.tensor([0, 3, 3, 12], dtype=torch.int32)
-    cu_k = torch.tensor([0, 40, 47, 147], dtype=torch.int32)
-    out = flash_attn_varlen_func(q.to(device), k.to(device), v.to(device), cu_q.to(device),
-                                 cu_k.to(device), 9, 100, causal=True,
-                                 block_table=table.to(device))
-    for b in range(3):
-        keys = torch.stack([k[table[b, j // bs], j % bs] for j in range(lens_k[b])]).double()
-        vals = torch.stack([v[table[b, j // bs], j % bs] for j in range(lens_k[b])]).double()
-        qb = q[cu_q[b]:cu_q[b + 1]].double()
-        if qb.shape[0] == 0:
+    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32).cumsum(0).to(torch.int32)
+    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32).cumsum(0).to(torch.int32)
+    slopes = torch.rand(h) * 0.3 if alibi else None
+    dev = lambda t: None if t is None else t.to(device)
+    out = flash_attn_varlen_func(dev(q), dev(k), dev(v), dev(cu_q), dev(cu_k), max(lens_q),
+                                 max(lens_k), causal=causal, window_size=window,
+                                 softcap=softcap, alibi_slopes=dev(slopes),
+                                 block_table=dev(table)).cpu()
+    assert out.shape == (sum(lens_q), h, dv) and torch.isfinite(out).all()
+    for b in range(batch):
+        sq, sk = lens_q[b], lens_k[b]
+        if sq == 0:
             continue
-        s = torch.einsum("qhd,khd->hqk", qb, keys.repeat_interleave(2, 1)) * d ** -0.5
-        i = torch.arange(qb.shape[0])[:, None]
-        j = torch.arange(lens_k[b])[None, :]
-        s = s.masked_fill(j > i + lens_k[b] - qb.shape[0], -math.inf)
-        ref = torch.einsum("hqk,khd->qhd", s.softmax(-1), vals.repeat_interleave(2, 1))
-        torch.testing.assert_close(out[cu_q[b]:cu_q[b + 1]].double().cpu(), ref, atol=3e-2,
-                                   rtol=0)
+        rows = [(int(table[b, j // bs]), j % bs) for j in range(sk)]
+        keys = torch.stack([k[o, r] for o, r in rows]) if rows else torch.zeros(0, hk, d)
+        vals = torch.stack([v[o, r] for o, r in rows]) if rows else torch.zeros(0, hk, dv)
+        keys = keys.double().repeat_interleave(h // hk, 1)
+        vals = vals.double().repeat_interleave(h // hk, 1)
+        s = torch.einsum("qhd,khd->hqk", q[cu_q[b]:cu_q[b + 1]].double(), keys) * d ** -0.5
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
+        i = torch.arange(sq)[:, None]
+        j = torch.arange(sk)[None, :]
+        diag = i + sk - sq
+        if alibi:
+            s = s - slopes.double()[:, None, None] * (diag - j).abs()
+        visible = torch.ones(sq, sk, dtype=torch.bool)
+        right = 0 if causal else window[1]
+        if window[0] >= 0:
+            visible &= j >= diag - window[0]
+        if right >= 0:
+            visible &= j <= diag + right
+        s = s.masked_fill(~visible, -math.inf)
+        p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True)).nan_to_num(0.0)
+        ref = torch.einsum("hqk,khd->qhd", p, vals)
+        torch.testing.assert_close(out[cu_q[b]:cu_q[b + 1]].double(), ref,
+                                   atol=TOLERANCE[dtype], rtol=0)
+
+
+def test_paged_varlen_forward(device):
+    paged_varlen_case(device, torch.bfloat16, [3, 0, 9], [40, 7, 100])
+
+
+def test_paged_varlen_random_combinations(device, seeded):
+    """The paged varlen forward with masks, GQA, d != dv and block sizes
+    drawn at once (fresh each run; a failure names its case)."""
+    skip_unless_device(device, torch.bfloat16)
+    rng = random.Random(seeded)
+    dtypes = [torch.float16, torch.bfloat16] + ([torch.float32] if device == "cpu" else [])
+    for _ in range(150 if FULL else 12):
+        batch, hk = rng.randint(1, 4), rng.choice([1, 2])
+        d = rng.choice([16, 24, 64, 128])
+        case = dict(dtype=rng.choice(dtypes), lens_q=[rng.randint(0, 9) for _ in range(batch)],
+                    lens_k=[rng.randint(0, 300) for _ in range(batch)], h=hk * rng.choice([1, 3]),
+                    hk=hk, d=d, dv=rng.choice([d, 8, 40]), bs=rng.choice([5, 16, 64, 256]),
+                    causal=rng.random() < 0.5,
+                    window=rng.choice([(-1, -1), (rng.randint(0, 30), rng.choice([-1, 0, 4]))]),
+                    softcap=rng.choice([0.0, 4.0]), alibi=rng.random() < 0.3)
+        try:
+            paged_varlen_case(device, **case)
+        except Exception as exc:
+            raise AssertionError(f"case {case}: {exc}") from exc
 
 
 def test_torch_compile_sees_the_cache_mutation(device):
