@@ -83,6 +83,26 @@ class Cache:
                 None if self.block_table is None else self.block_table.to(dev))
 
 
+def masked_logits(s, causal, window, softcap, slopes):
+    """Scaled logits s (h, sq, sk), float64: softcap, ALiBi, then the
+    causal / window mask (-inf), queries aligned to the last keys."""
+    sq, sk = s.shape[-2:]
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq)[:, None]
+    j = torch.arange(sk)[None, :]
+    diag = i + sk - sq
+    if slopes is not None:
+        s = s - slopes.double()[:, None, None] * (diag - j).abs()
+    visible = torch.ones(sq, sk, dtype=torch.bool)
+    right = 0 if causal else window[1]
+    if window[0] >= 0:
+        visible &= j >= diag - window[0]
+    if right >= 0:
+        visible &= j <= diag + right
+    return s.masked_fill(~visible, -math.inf)
+
+
 def reference(cache, q, k_new, v_new, cos, sin, interleaved, causal, window, softcap, alibi,
               scale):
     """(out, lse, k_cache, v_cache) expected, float64 except the caches."""
@@ -105,7 +125,6 @@ def reference(cache, q, k_new, v_new, cos, sin, interleaved, causal, window, sof
     lse = torch.full((b_count, h, sq), math.inf, dtype=torch.float64)
     for b in range(b_count):
         start, end = cache.start(b), int(cache.seqlens[b]) + s_new
-        sk = end - start
         rows = [cache.where(b, c) for c in range(start, end)]
         K = torch.stack([k_cache[o, r] for o, r in rows]).double() if rows else \
             torch.zeros(0, hk, d, dtype=torch.float64)
@@ -119,21 +138,8 @@ def reference(cache, q, k_new, v_new, cos, sin, interleaved, causal, window, sof
                         interleaved).to(q.dtype).double()
         group = h // hk
         K, V = K.repeat_interleave(group, dim=1), V.repeat_interleave(group, dim=1)
-        s = torch.einsum("qhd,khd->hqk", qb, K) * scale
-        if softcap > 0:
-            s = softcap * torch.tanh(s / softcap)
-        i = torch.arange(sq)[:, None]
-        j = torch.arange(sk)[None, :]
-        diag = i + sk - sq
-        if alibi is not None:
-            s = s - alibi.double()[:, None, None] * (diag - j).abs()
-        visible = torch.ones(sq, sk, dtype=torch.bool)
-        right = 0 if causal else window[1]
-        if window[0] >= 0:
-            visible &= j >= diag - window[0]
-        if right >= 0:
-            visible &= j <= diag + right
-        s = s.masked_fill(~visible, -math.inf)
+        s = masked_logits(torch.einsum("qhd,khd->hqk", qb, K) * scale, causal, window, softcap,
+                          alibi)
         row_lse = torch.logsumexp(s, dim=-1)
         p = torch.exp(s - row_lse[..., None]).nan_to_num(0.0)
         out[b] = torch.einsum("hqk,khd->qhd", p, V)
@@ -411,20 +417,7 @@ def paged_varlen_case(device, dtype, lens_q, lens_k, h=4, hk=2, d=64, dv=64, bs=
         keys = keys.double().repeat_interleave(h // hk, 1)
         vals = vals.double().repeat_interleave(h // hk, 1)
         s = torch.einsum("qhd,khd->hqk", q[cu_q[b]:cu_q[b + 1]].double(), keys) * d ** -0.5
-        if softcap > 0:
-            s = softcap * torch.tanh(s / softcap)
-        i = torch.arange(sq)[:, None]
-        j = torch.arange(sk)[None, :]
-        diag = i + sk - sq
-        if alibi:
-            s = s - slopes.double()[:, None, None] * (diag - j).abs()
-        visible = torch.ones(sq, sk, dtype=torch.bool)
-        right = 0 if causal else window[1]
-        if window[0] >= 0:
-            visible &= j >= diag - window[0]
-        if right >= 0:
-            visible &= j <= diag + right
-        s = s.masked_fill(~visible, -math.inf)
+        s = masked_logits(s, causal, window, softcap, slopes)
         p = torch.exp(s - torch.logsumexp(s, -1, keepdim=True)).nan_to_num(0.0)
         ref = torch.einsum("hqk,khd->qhd", p, vals)
         torch.testing.assert_close(out[cu_q[b]:cu_q[b + 1]].double(), ref,
