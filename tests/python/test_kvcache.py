@@ -344,6 +344,22 @@ def test_random_combinations(device, seeded):
             raise AssertionError(f"case {case}: {exc}") from exc
 
 
+@pytest.mark.parametrize("num_splits", [0, 3])
+def test_no_queries_over_a_long_cache(device, num_splits):
+    """A batch of 0 sequences, or 0 queries each, over a cache of many key
+    tiles: empty results (the CPU's split count once divided by zero)."""
+    skip_unless_device(device, torch.bfloat16)
+    kw = dict(device=device, dtype=torch.bfloat16)
+    kc, vc = torch.randn(2, 600, 2, 64, **kw), torch.randn(2, 600, 2, 64, **kw)
+    before = kc.clone()
+    for batch, sq in ((0, 1), (2, 0)):
+        q = torch.randn(batch, sq, 4, 64, **kw)
+        out, lse = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=500, num_splits=num_splits,
+                                           return_softmax_lse=True)
+        assert out.shape == (batch, sq, 4, 64) and lse.shape == (batch, 4, sq)
+    assert torch.equal(kc, before)
+
+
 def test_errors_write_nothing(device):
     skip_unless_device(device, torch.bfloat16)
     q = torch.randn(2, 1, 4, 64, device=device, dtype=torch.bfloat16)
