@@ -9,7 +9,6 @@ owns a row (unused paged blocks included): afterwards every element
 outside the appended rows must be bit-identical to before, and the output
 finite."""
 import math
-import random
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ import torch
 import flashc
 from flashc import flash_attn_varlen_func, flash_attn_with_kvcache
 
-from conftest import FULL, skip_unless_device
+from conftest import skip_unless_device
 
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
@@ -300,50 +299,6 @@ def test_long_cache_decode(device):
              d=128, dv=128)
 
 
-def random_case(rng, device):
-    """One valid flash_attn_with_kvcache call drawn from every argument's
-    range at once (cache_batch_idx and block_table apart, as flash_attn)."""
-    dtypes = [torch.float16, torch.bfloat16] + ([torch.float32] if device == "cpu" else [])
-    batch, hk = rng.randint(1, 4), rng.choice([1, 2, 3])
-    d = rng.choice([8, 20, 36, 64, 72, 96, 128])
-    block_size = rng.choice([0, 0, 5, 16, 64])
-    capacity = rng.randint(1, 150)
-    if block_size:
-        capacity = -(-capacity // block_size) * block_size
-    s_new = min(rng.choice([0, 1, 1, 2, 5]), capacity)
-    sq = rng.choice([1, 2, 3, 7]) if s_new == 0 else rng.choice([s_new, 1, s_new + 2])
-    leftpad = [rng.randint(0, capacity - s_new) for _ in range(batch)] \
-        if rng.random() < 0.3 else None
-    seqlens = tuple(rng.randint(0 if leftpad is None else leftpad[b], capacity - s_new)
-                    for b in range(batch))
-    cache_batch = batch_idx = None
-    if not block_size and rng.random() < 0.3:
-        cache_batch = batch + rng.randint(0, 2)
-        batch_idx = rng.sample(range(cache_batch), batch)
-    rotary_dim = rng.choice([0, 8, d]) if s_new and rng.random() < 0.5 else 0
-    return dict(dtype=rng.choice(dtypes), batch=batch, sq=sq, h=hk * rng.choice([1, 2, 5]),
-                hk=hk, d=d, dv=rng.choice([d, 16, 72]), capacity=capacity, seqlens=seqlens,
-                s_new=s_new, block_size=block_size, leftpad=leftpad, batch_idx=batch_idx,
-                cache_batch=cache_batch, rotary_dim=rotary_dim,
-                interleaved=rng.random() < 0.5, causal=rng.random() < 0.5,
-                window=rng.choice([(-1, -1), (-1, -1), (rng.randint(0, 20), rng.choice([-1, 0, 3]))]),
-                softcap=rng.choice([0.0, 0.0, 5.0]), alibi=rng.random() < 0.25,
-                num_splits=rng.choice([0, 0, 1, 3]))
-
-
-def test_random_combinations(device, seeded):
-    """Arguments in combination: a fresh draw of cases each run (the test's
-    seed, FLASHC_TEST_SEED to change it); a failure names its case."""
-    skip_unless_device(device, torch.bfloat16)
-    rng = random.Random(seeded)
-    for _ in range(150 if FULL else 16):
-        case = random_case(rng, device)
-        try:
-            run_case(device, **case)
-        except Exception as exc:
-            raise AssertionError(f"case {case}: {exc}") from exc
-
-
 @pytest.mark.parametrize("num_splits", [0, 3])
 def test_no_queries_over_a_long_cache(device, num_splits):
     """A batch of 0 sequences, or 0 queries each, over a cache of many key
@@ -442,27 +397,6 @@ def paged_varlen_case(device, dtype, lens_q, lens_k, h=4, hk=2, d=64, dv=64, bs=
 
 def test_paged_varlen_forward(device):
     paged_varlen_case(device, torch.bfloat16, [3, 0, 9], [40, 7, 100])
-
-
-def test_paged_varlen_random_combinations(device, seeded):
-    """The paged varlen forward with masks, GQA, d != dv and block sizes
-    drawn at once (fresh each run; a failure names its case)."""
-    skip_unless_device(device, torch.bfloat16)
-    rng = random.Random(seeded)
-    dtypes = [torch.float16, torch.bfloat16] + ([torch.float32] if device == "cpu" else [])
-    for _ in range(150 if FULL else 12):
-        batch, hk = rng.randint(1, 4), rng.choice([1, 2])
-        d = rng.choice([16, 24, 64, 128])
-        case = dict(dtype=rng.choice(dtypes), lens_q=[rng.randint(0, 9) for _ in range(batch)],
-                    lens_k=[rng.randint(0, 300) for _ in range(batch)], h=hk * rng.choice([1, 3]),
-                    hk=hk, d=d, dv=rng.choice([d, 8, 40]), bs=rng.choice([5, 16, 64, 256]),
-                    causal=rng.random() < 0.5,
-                    window=rng.choice([(-1, -1), (rng.randint(0, 30), rng.choice([-1, 0, 4]))]),
-                    softcap=rng.choice([0.0, 4.0]), alibi=rng.random() < 0.3)
-        try:
-            paged_varlen_case(device, **case)
-        except Exception as exc:
-            raise AssertionError(f"case {case}: {exc}") from exc
 
 
 def test_torch_compile_sees_the_cache_mutation(device):

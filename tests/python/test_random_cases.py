@@ -17,7 +17,7 @@ import torch
 
 from cases import Case, VarlenCase, run_batched, run_varlen
 from conftest import FULL, skip_unless_device
-from test_kvcache import run_case
+from test_kvcache import paged_varlen_case, run_case
 
 # head dims: every compiled configuration of the CUDA kernels (64, 96, 128,
 # 192, 256) and sizes between them, padded up to the next one
@@ -152,3 +152,21 @@ def test_random_kvcache(device, seeded, index):
               window=f.get("window", (-1, -1)), softcap=f.get("softcap", 0.0), alibi="alibi" in f,
               num_splits=rng.choice([0, 0, 1, rng.randint(2, 9)]))
     _run(kw, run_case, device, **kw)
+
+
+# flash_attn_varlen_func over a paged cache: decode-like query counts (empty
+# sequences included) over keys that span many blocks of every size
+@pytest.mark.parametrize("index", range(CASES))
+def test_random_paged_varlen(device, seeded, index):
+    rng, dtype = _draw(device, seeded)
+    b = rng.randint(1, 4)
+    lens_q = [rng.choice([0, 1, rng.randint(1, 9)]) for _ in range(b)]
+    lens_k = [0 if rng.random() < 0.1 else _length(rng, 300) for _ in range(b)]
+    h, hk = _heads(rng)
+    d = rng.choice(HEAD_DIMS)
+    f = _features(rng, max(lens_q), max(lens_k))
+    kw = dict(dtype=dtype, lens_q=lens_q, lens_k=lens_k, h=h, hk=hk, d=d,
+              dv=d if rng.random() < 0.7 else rng.choice([8, 40, 128]),
+              bs=rng.choice(KV_BLOCK_SIZES[2:] + [5]), causal=f.get("causal", False),
+              window=f.get("window", (-1, -1)), softcap=f.get("softcap", 0.0), alibi="alibi" in f)
+    _run(kw, paged_varlen_case, device, **kw)
