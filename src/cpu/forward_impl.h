@@ -61,7 +61,7 @@ static int64_t fc_fwd_packed_heads(const flashc_problem *p) {
 #define FC_MAX_SPLIT_TASKS 1024
 static int64_t fc_fwd_key_splits(const flashc_problem *p, int64_t row_tiles) {
     int64_t key_tiles = (p->seqlen_k + FC_BN - 1) / FC_BN, splits;
-    /* no row tiles: a varlen batch of empty queries (max_seqlen_q 0) */
+    /* no row tiles (batch 0, or no query rows): nothing to split */
     if (p->s_dmask.data || key_tiles <= 1 || row_tiles <= 0) return 1;
     if (p->key_splits > 0) {
         splits = p->key_splits < FC_MAX_SPLITS ? p->key_splits : FC_MAX_SPLITS;
