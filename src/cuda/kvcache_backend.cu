@@ -152,6 +152,9 @@ static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kv
     const flashc_problem *p = &kp->attn;
     const long long keys = kvc_keys(p);
     kvc_split_plan plan = {1, 0};
+    /* no query rows (batch 0 or seqlen_q 0): nothing to split or combine, and
+     * the caller sized no partials for a forced num_splits */
+    if (p->batch * p->seqlen_q == 0) return plan;
     if (kp->num_splits >= 1) {
         plan.splits = kp->num_splits < FLASHC_KVC_MAX_SPLITS ? kp->num_splits : FLASHC_KVC_MAX_SPLITS;
         plan.wide = flashc_hopper_kvc_wide_takes(params, p->device_index, keys, plan.splits);
