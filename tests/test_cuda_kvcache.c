@@ -78,9 +78,16 @@ static unsigned char *buf_fetch(const buf *b) {
     return h;
 }
 
-static void buf_poison_dev(buf *b) {
-    if (b->bytes) cuda_ok(cudaMemset(b->dev, 0xFF, b->bytes), "cudaMemset");
+/* NaN bytes over device memory, finished before the call returns: the
+ * memset runs on the legacy stream, which does not order itself with the
+ * non-blocking stream the graph test calls on (a poison landing after the
+ * kernels, or over the split partials they wrote, once failed that test). */
+static void poison_dev(void *dev, size_t bytes) {
+    if (bytes) cuda_ok(cudaMemset(dev, 0xFF, bytes), "cudaMemset");
+    cuda_ok(cudaDeviceSynchronize(), "cudaMemset");
 }
+
+static void buf_poison_dev(buf *b) { poison_dev(b->dev, b->bytes); }
 
 static flashc_tensor tensor_of(const buf *b, int on_gpu, flashc_dtype dtype, int rank, const int64_t *shape) {
     flashc_device dev = {on_gpu ? FLASHC_DEVICE_CUDA : FLASHC_DEVICE_CPU, 0};
@@ -366,7 +373,7 @@ static flashc_status gpu_call(kv_case *kc, int num_splits, void *stream, void **
     void *ws = NULL;
     if (bytes) {
         cuda_ok(cudaMalloc(&ws, bytes), "cudaMalloc workspace");
-        cuda_ok(cudaMemset(ws, 0xFF, bytes), "poison workspace");
+        poison_dev(ws, bytes);
     }
     buf_poison_dev(&kc->out);
     buf_poison_dev(&kc->lse);
