@@ -31,7 +31,18 @@
 #             --deterministic at seqlen 2048 and 16384),
 #             bench/gpu_sdpa_bench.py against PyTorch SDPA flash and cudnn
 #             and bench/percall_bench.py (per-call cost): bench.log, bench.tsv
-# and summary.txt, the table printed last.
+# and summary.txt, the table printed last. Two more steps, not in the
+# default list, for work on the KV cache alone:
+#   kvcache   test_cuda_kvcache on the default kernels (full), on the wide
+#             and the portable ones and under memcheck (quick), side by
+#             side, and pytest -k "cuda and (kvcache or paged)": kvcache.log
+#   decode    the decode benchmarks: bench/kvcache_peers.py (flashc,
+#             cuDNN, SDPA flash, and FlashAttention-4 where importable:
+#             run `eval "$(bash .peers/b/fa4.sh stage-b)"` first, see
+#             ../shared/peers/fa4.sh) into decode_peers.tsv, then
+#             kvcache_bench --shape for DECODE_ROWS (KV_HEADS,BATCH,CACHE
+#             ...; a default set) into decode_rows.md
+# e.g. GPU_STEPS="build kvcache decode" CUDA_ARCHS=90-real (about 3 minutes).
 #
 # Environment:
 #   GPU_STEPS    steps to run, in this order (default: all of the above)
@@ -414,6 +425,49 @@ step_pytest() {
     grep -qE '[0-9]+ passed' "$log" && ! grep -qE '[0-9]+ (failed|error)' "$log"
 }
 
+step_kvcache() {
+    local log="$OUT/kvcache.log" pids=() name status=0
+    local -A mode_env=([default]="" [wide]="FLASHC_CUDA_KVCACHE=wide FLASHC_TEST_QUICK=1"
+                       [portable]="FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1")
+    for name in default wide portable; do
+        # shellcheck disable=SC2086
+        ( cd "$B/tests" && env ${mode_env[$name]} timeout "$(budget 240)" ./test_cuda_kvcache \
+              > "$SCRATCH/kvc_$name.log" 2>&1 ) &
+        pids+=($!)
+    done
+    ( cd "$B/tests" && FLASHC_TEST_QUICK=1 timeout "$(budget 240)" "$SANITIZER" --tool memcheck --leak-check no \
+          --error-exitcode 99 --print-limit 20 ./test_cuda_kvcache > "$SCRATCH/kvc_memcheck.log" 2>&1 ) &
+    pids+=($!)
+    FLASHC_LIBRARY="$LIB" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" timeout "$(budget 240)" \
+        python3 -m pytest tests/python -q -p no:cacheprovider -k "cuda and (kvcache or paged)" \
+        > "$SCRATCH/kvc_pytest.log" 2>&1 || status=1
+    local pid
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    : > "$log"
+    NOTE[kvcache]=""
+    for name in default wide portable memcheck; do
+        { echo "=== test_cuda_kvcache, $name"; grep -vE '^\[ (RUN|      OK) ' "$SCRATCH/kvc_$name.log"; } >> "$log"
+        NOTE[kvcache]+="$name: $(grep -qE '^\[  PASSED  \] 7 test' "$SCRATCH/kvc_$name.log" && echo passed || echo FAILED); "
+    done
+    { echo "=== pytest -k \"cuda and (kvcache or paged)\""; tail -30 "$SCRATCH/kvc_pytest.log"; } >> "$log"
+    NOTE[kvcache]+="pytest: $(grep -E ' in [0-9.]+s' "$SCRATCH/kvc_pytest.log" | tail -1 | tr -d '=')"
+    return "$status"
+}
+
+step_decode() {
+    local log="$OUT/decode_rows.md" row status=0
+    FLASHC_LIBRARY="$LIB" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" timeout "$(budget 240)" \
+        python3 bench/kvcache_peers.py --out "$OUT/decode_peers.tsv" > "$SCRATCH/peers.log" 2>&1 || status=1
+    : > "$log"
+    for row in ${DECODE_ROWS:-8,1,131072 8,4,32768 8,16,16384 8,64,4096 8,256,1024 32,1,131072 32,64,4096}; do
+        timeout "$(budget 60)" "$B/kvcache_bench" --shape "$row" >> "$log" 2>&1 || status=1
+    done
+    NOTE[decode]="$(grep -m1 '^# copy' "$SCRATCH/peers.log"); flashc / best $(awk -F'\t' 'NR > 1 {
+        if (min == "" || $NF < min) min = $NF; if ($NF > max) max = $NF } END { print min "-" max }' \
+        "$OUT/decode_peers.tsv" 2>/dev/null)"
+    return "$status"
+}
+
 step_bench() {
     local log="$OUT/bench.log"
     {
@@ -444,7 +498,7 @@ step_bench() {
 
 for step in $STEPS; do
     if ! declare -F "step_$step" >/dev/null; then
-        echo "gpu_check: unknown step '$step' (steps: build ctest sanitize sass pytest bench)"
+        echo "gpu_check: unknown step '$step' (steps: build ctest sanitize sass pytest bench kvcache decode)"
         RESULT[$step]=unknown
         SECS[$step]=0
         continue
