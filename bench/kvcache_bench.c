@@ -20,6 +20,11 @@
  * Every layout of a row reads the same K / V buffers (allocated once per
  * row; the paged layouts view them as blocks).
  *
+ * A library built with -DFLASHC_KVC_TRACE (CMAKE_CUDA_FLAGS) records per-CTA
+ * timelines: with FLASHC_KVC_TRACE_OUT=file, each layout's last call is
+ * appended there ("hk,batch,cache,block_size[o],kernel cta start end sm
+ * steps"; bench/kvcache_trace_summary.py sums them up).
+ *
  * Usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse]
  *                      [--shape KV_HEADS,BATCH,CACHE] [--splits N]
  * (a markdown table; --reverse runs each row's layouts last to first;
@@ -50,6 +55,11 @@
             exit(1);                                                                       \
         }                                                                                  \
     } while (0)
+
+/* Defined by a -DFLASHC_KVC_TRACE build of the library only
+ * (src/cuda/hopper_kvcache_trace.cuh): per-CTA timelines of the last call. */
+extern void flashc_kvc_trace_dump(const char *path, const char *label) __attribute__((weak));
+extern void flashc_kvc_trace_reset(void) __attribute__((weak));
 
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -211,6 +221,16 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
         CHECK_CUDA(cudaEventRecord(e1, stream));
         CHECK_CUDA(cudaEventSynchronize(e1));
         CHECK_CUDA(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    if (flashc_kvc_trace_dump && getenv("FLASHC_KVC_TRACE_OUT")) { /* the last call of one more replay */
+        char label[96];
+        const char *path = getenv("FLASHC_CUDA_KVCACHE");
+        snprintf(label, sizeof label, "%d,%d,%d,%d%s,%s", r->nheads_k, b, cap, bs, r->in_order ? "o" : "",
+                 path ? path : "default");
+        flashc_kvc_trace_reset();
+        CHECK_CUDA(cudaGraphLaunch(exec, stream));
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        flashc_kvc_trace_dump(getenv("FLASHC_KVC_TRACE_OUT"), label);
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

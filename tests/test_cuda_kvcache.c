@@ -572,6 +572,41 @@ static void masks(void **state) {
     run_cases("masks", c, n);
 }
 
+/* Long decodes the library splits itself (num_splits 0) and with a forced
+ * count: against the CPU, and bitwise the same in repeated calls. Short,
+ * empty and full caches in one batch leave some splits without keys. */
+static void long_decodes(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kv_config c[8];
+    int n = 0;
+    kv_config a = base_config(BF16, 3, 8, 2, 128, 1, 0, 9000);
+    a.splits[0] = 0, a.splits[1] = 0, a.splits[2] = 3;
+    c[n++] = a;                                         /* GQA 4, random lengths */
+    kv_config b = a;
+    b.block_size = 16, b.s_new = 2, b.rotary_dim = 128, c[n++] = b; /* paged 16, append + rotary */
+    b = a, b.h = 16, b.d = b.dv = 64, b.block_size = 256, b.softcap = 20, c[n++] = b; /* group 8, d64 */
+    b = a, b.h = b.hk = 4, b.sq = 2, b.causal = 1, b.window_left = 3000, b.window_right = 0, c[n++] = b;
+    b = a, b.b = 5, b.seqlens = 0, c[n++] = b;           /* every cache empty */
+    b = a, b.b = 2, b.hk = 1, b.capacity = 40000, b.seqlens = -2, b.alibi = 1, c[n++] = b; /* MQA, full */
+    run_cases("long decodes", c, n);
+
+    kv_case kc;
+    case_init(&kc, &a, test_seed("long decode determinism", 0));
+    assert_int_equal(gpu_call(&kc, 0, NULL, NULL), FLASHC_SUCCESS);
+    unsigned char *out0 = buf_fetch(&kc.out), *lse0 = buf_fetch(&kc.lse);
+    for (int call = 0; call < 3; ++call) {
+        assert_int_equal(gpu_call(&kc, 0, NULL, NULL), FLASHC_SUCCESS);
+        unsigned char *out = buf_fetch(&kc.out), *lse = buf_fetch(&kc.lse);
+        assert_memory_equal(out, out0, kc.out.bytes);
+        assert_memory_equal(lse, lse0, kc.lse.bytes);
+        free(out), free(lse);
+    }
+    free(out0), free(lse0);
+    case_free(&kc);
+    printf("cuda kvcache long decodes: identical calls give identical bytes\n");
+}
+
 /* A CUDA graph of the call (append, attention, split combine) replays to
  * the same results as the direct call. */
 static void graph_capture(void **state) {
@@ -788,6 +823,7 @@ int main(void) {
         cmocka_unit_test(paged),
         cmocka_unit_test(rotary),
         cmocka_unit_test(masks),
+        cmocka_unit_test(long_decodes),
         cmocka_unit_test(graph_capture),
         cmocka_unit_test(bad_indices),
         cmocka_unit_test(varlen_paged_forward),

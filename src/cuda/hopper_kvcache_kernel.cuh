@@ -33,6 +33,7 @@
 
 #include <cuda.h>
 
+#include "hopper_kvcache_trace.cuh"
 #include "hopper_ptx.cuh"
 #include "kvcache_kernel.cuh"
 
@@ -87,6 +88,7 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
      * past the wait for the kernel before it. */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    const unsigned long long trace_start = flashc_kvc_trace_now();
 
     const flashc_kvc_work work = flashc_kvc_work_of(p, BLOCK_M, BLOCK_N);
     if (work.rows <= 0) return; /* varlen: past this sequence's rows */
@@ -267,6 +269,7 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
 
     flashc_kvc_epilogue<T, C>(p, seq, st, acc_o, reinterpret_cast<float *>(sStages), warp_m, warp_n, lane, m0, rows, b,
                               head_k, split);
+    flashc_kvc_trace_record(trace_start, steps);
 }
 
 #endif
