@@ -26,8 +26,11 @@
  * steps"; bench/kvcache_trace_summary.py sums them up).
  *
  * Usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse]
- *                      [--shape KV_HEADS,BATCH,CACHE] [--splits N]
+ *                      [--shape KV_HEADS,BATCH,CACHE] [--splits N] [--head-major]
  * (a markdown table; --reverse runs each row's layouts last to first;
+ * --head-major lays the contiguous caches out head by head, a probe of
+ * whether the heads sharing a cache row's DRAM pages matters (it does not:
+ * bench/NOTES.md);
  * --shape runs only that row, e.g. for a profiler) */
 #include <stdint.h>
 #include <stdio.h>
@@ -106,6 +109,7 @@ typedef struct bench_row {
  * than the first one (whatever the layout; bench/NOTES.md), so every
  * layout of a row reads the same memory. */
 static int bench_splits; /* num_splits of every call: 0 = the library's choice */
+static int bench_head_major; /* contiguous caches laid out (batch, head, row, column), viewed as flash_attn's shape */
 static void *pool_k[16], *pool_v[16];
 static size_t pool_bytes;
 static int pool_copies;
@@ -172,6 +176,10 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
     for (int c = 0; c < copies; ++c) {
         tk[c] = flashc_tensor_contiguous(kc[c], FLASHC_DTYPE_BFLOAT16, dev, 4, ks);
         tv[c] = flashc_tensor_contiguous(vc[c], FLASHC_DTYPE_BFLOAT16, dev, 4, ks);
+        if (bench_head_major && !bs) { /* each head's rows contiguous: row stride d, head stride cap * d */
+            tk[c].stride[1] = tv[c].stride[1] = d;
+            tk[c].stride[2] = tv[c].stride[2] = (int64_t)cap * d;
+        }
         flashc_kvcache_args *a = &args[c];
         memset(a, 0, sizeof *a);
         a->q = &tq, a->k_cache = &tk[c], a->v_cache = &tv[c], a->out = &to;
@@ -255,11 +263,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
                  sscanf(argv[++i], "%d,%d,%d", &only_hk, &only_batch, &only_cache) == 3) {
             /* one row */
+        } else if (!strcmp(argv[i], "--head-major")) {
+            bench_head_major = 1;
         } else if (!strcmp(argv[i], "--splits") && i + 1 < argc) {
             bench_splits = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse] "
-                            "[--shape KV_HEADS,BATCH,CACHE] [--splits N]\n");
+                            "[--shape KV_HEADS,BATCH,CACHE] [--splits N] [--head-major]\n");
             return 2;
         }
     }
