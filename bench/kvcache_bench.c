@@ -230,15 +230,16 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
         CHECK_CUDA(cudaEventSynchronize(e1));
         CHECK_CUDA(cudaEventElapsedTime(&ms[i], e0, e1));
     }
-    if (flashc_kvc_trace_dump && getenv("FLASHC_KVC_TRACE_OUT")) { /* the last call of one more replay */
+    const char *trace_out = getenv("FLASHC_KVC_TRACE_OUT");
+    if (flashc_kvc_trace_dump && trace_out) { /* the last call of one more replay */
         char label[96];
-        const char *path = getenv("FLASHC_CUDA_KVCACHE");
+        const char *kernel = getenv("FLASHC_CUDA_KVCACHE");
         snprintf(label, sizeof label, "%d,%d,%d,%d%s,%s", r->nheads_k, b, cap, bs, r->in_order ? "o" : "",
-                 path ? path : "default");
+                 kernel ? kernel : "default");
         flashc_kvc_trace_reset();
         CHECK_CUDA(cudaGraphLaunch(exec, stream));
         CHECK_CUDA(cudaStreamSynchronize(stream));
-        flashc_kvc_trace_dump(getenv("FLASHC_KVC_TRACE_OUT"), label);
+        flashc_kvc_trace_dump(trace_out, label);
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

@@ -11,6 +11,8 @@
 #define FLASHC_KVC_TRACE_CTAS 65536
 
 #ifdef FLASHC_KVC_TRACE
+#include <stdio.h>
+
 static __device__ unsigned long long flashc_kvc_trace_buf[FLASHC_KVC_TRACE_CTAS][4];
 
 static __device__ __forceinline__ unsigned long long flashc_kvc_trace_now(void) {
