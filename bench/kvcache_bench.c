@@ -27,11 +27,14 @@
  *
  * Usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse]
  *                      [--shape KV_HEADS,BATCH,CACHE] [--splits N] [--head-major]
+ *                      [--layouts B,B,..]
  * (a markdown table; --reverse runs each row's layouts last to first;
  * --head-major lays the contiguous caches out head by head, a probe of
  * whether the heads sharing a cache row's DRAM pages matters (it does not:
  * bench/NOTES.md);
- * --shape runs only that row, e.g. for a profiler) */
+ * --shape runs only that row (any KV heads, batch and cache, on the grid
+ * or not), e.g. for a profiler or an A/B; --layouts only those layouts: 0
+ * contiguous, a block size, -64 blocks of 64 in order) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,9 +252,18 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
     return median(ms, 5) * 1e3 / calls;
 }
 
+/* Whether `layout` (a block size, 0 contiguous, -64 blocks of 64 in order)
+ * is in the comma-separated list. */
+static int layout_listed(const char *list, int layout) {
+    for (const char *at = list; at && *at; at = strchr(at, ',') ? strchr(at, ',') + 1 : NULL)
+        if (atoi(at) == layout) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int quick = 0, reverse = 0, only_hk = 0, only_batch = 0, only_cache = 0;
     double min_gib = 0.0, max_gib = 16.0;
+    const char *layouts_arg = NULL;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
@@ -262,15 +274,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reverse"))
             reverse = 1;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
-                 sscanf(argv[++i], "%d,%d,%d", &only_hk, &only_batch, &only_cache) == 3) {
+                 sscanf(argv[++i], "%d,%d,%d", &only_hk, &only_batch, &only_cache) == 3 && only_hk > 0 &&
+                 only_batch > 0 && only_cache > 0 && 32 % only_hk == 0) {
             /* one row */
         } else if (!strcmp(argv[i], "--head-major")) {
             bench_head_major = 1;
         } else if (!strcmp(argv[i], "--splits") && i + 1 < argc) {
             bench_splits = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--layouts") && i + 1 < argc) {
+            layouts_arg = argv[++i];
         } else {
             fprintf(stderr, "usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse] "
-                            "[--shape KV_HEADS,BATCH,CACHE] [--splits N] [--head-major]\n");
+                            "[--shape KV_HEADS,BATCH,CACHE] [--splits N] [--head-major] [--layouts B,B,..]\n");
             return 2;
         }
     }
@@ -287,19 +302,24 @@ int main(int argc, char **argv) {
            prop.multiProcessorCount, flashc_version(), copy);
     printf("| heads | layout | batch | cache | tokens | splits | us / call | GB/s | / copy |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-    static const int batches[] = {1, 4, 16, 64, 256}, caches[] = {1024, 4096, 16384, 32768, 131072};
-    static const int layouts[] = {0, 16, 64, 256, -64}, kv_heads[] = {8, 32}; /* -64: in order */
-    for (int hi = 0; hi < 2; ++hi)
-        for (int bi = 0; bi < 5; ++bi)
-            for (int ci = 0; ci < 5; ++ci)
+    int batches[] = {1, 4, 16, 64, 256}, caches[] = {1024, 4096, 16384, 32768, 131072}, kv_heads[] = {8, 32};
+    static const int layouts[] = {0, 16, 64, 256, -64}; /* -64: in order */
+    int n_heads = 2, n_batches = 5, n_caches = 5;
+    if (only_hk) { /* --shape: that row alone, on the grid or not */
+        kv_heads[0] = only_hk, batches[0] = only_batch, caches[0] = only_cache;
+        n_heads = n_batches = n_caches = 1;
+    }
+    for (int hi = 0; hi < n_heads; ++hi)
+        for (int bi = 0; bi < n_batches; ++bi)
+            for (int ci = 0; ci < n_caches; ++ci)
                 for (int lj = 0; lj < 5; ++lj) {
                     const int li = reverse ? 4 - lj : lj;
                     const int bs = layouts[li] < 0 ? -layouts[li] : layouts[li];
                     bench_row r = {32, kv_heads[hi], batches[bi], caches[ci], bs, layouts[li] < 0};
                     const double bytes = 4.0 * r.batch * (double)r.cache * r.nheads_k * 128;
-                    if (bytes > max_gib * (1u << 30) || bytes < min_gib * (1u << 30)) continue;
-                    if (only_hk && (r.nheads_k != only_hk || r.batch != only_batch || r.cache != only_cache)) continue;
+                    if (!only_hk && (bytes > max_gib * (1u << 30) || bytes < min_gib * (1u << 30))) continue;
                     if (quick && !(r.batch == 1 || r.batch * (double)r.cache >= 262144)) continue;
+                    if (layouts_arg && !layout_listed(layouts_arg, layouts[li])) continue;
                     if (quick && r.block_size == 16 && r.batch != 1) continue;
                     int splits = 1;
                     const double us = run_row(&r, stream, &splits);
