@@ -56,4 +56,18 @@ int flashc_hopper_kvc_wide_takes(const flashc_kvc_params *p, int device, long lo
 /* Keys per step of the wide kernel. */
 int flashc_hopper_kvc_wide_block_n(void);
 
+/* The 4-warp decode kernel one CTA per SM: where a split plan of at most
+ * one CTA per SM gives each CTA at least ALONE_MIN_KEYS keys, it beat the
+ * plan that fills two CTAs per SM (twice the splits) by 1.1-1.4 % on the
+ * H100 (32 / 8 heads: 1 x 128k at 16 splits 174.3 against 176.5 us, 4 x
+ * 32k at 4, 8 x 32k at 2; bench/NOTES.md "cuDNN's decode grids, and the
+ * split count"): half the partials, and a CTA alone on its SM streams the
+ * SM's whole share. Shorter streams (4k keys a CTA and less) were not
+ * measured and keep two CTAs per SM, whose second CTA hides a CTA's start
+ * and end. 1 where the Hopper kernel's decode tile (at most 16 rows per KV
+ * head, head dims up to 128, TMA boxes) may take this problem on
+ * `device`. */
+#define FLASHC_HOPPER_KVC_ALONE_MIN_KEYS 8192
+int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device);
+
 #endif
