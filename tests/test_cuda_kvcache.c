@@ -589,6 +589,10 @@ static void long_decodes(void **state) {
     b = a, b.h = b.hk = 4, b.sq = 2, b.causal = 1, b.window_left = 3000, b.window_right = 0, c[n++] = b;
     b = a, b.b = 5, b.seqlens = 0, c[n++] = b;           /* every cache empty */
     b = a, b.b = 2, b.hk = 1, b.capacity = 40000, b.seqlens = -2, b.alibi = 1, c[n++] = b; /* MQA, full */
+    if (!test_quick()) { /* MHA over 64k keys: on a 132-SM Hopper the heuristic's plan is one CTA per SM,
+                            16 heads x 8 splits of 8192 keys (hopper_kvcache.h); 512 MiB of cache */
+        b = base_config(BF16, 1, 16, 16, 128, 1, 1, 65536), b.seqlens = -2, c[n++] = b;
+    }
     run_cases("long decodes", c, n);
 
     kv_case kc;
