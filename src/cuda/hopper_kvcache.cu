@@ -45,18 +45,16 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
     return cudaErrorNotSupported;
 }
 
-int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta) {
-    const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
-    if (forced_portable() || d <= 64 || d > 128 || box_rows_of(p) != 64 ||
-        flashc_kvc_warps_n((long long)p->seqlen_q * p->group) != 4 || !flashc_hopper_device(device))
-        return 0;
-    return forced("wide") || keys_per_cta >= FLASHC_HOPPER_KVC_WIDE_MIN_KEYS;
-}
-
-int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device) {
+int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device) {
     const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     return !forced_portable() && d <= 128 && box_rows_of(p) != 0 &&
            flashc_kvc_warps_n((long long)p->seqlen_q * p->group) == 4 && flashc_hopper_device(device);
+}
+
+int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta) {
+    const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
+    if (d <= 64 || box_rows_of(p) != 64 || !flashc_hopper_kvc_decode_applies(p, device)) return 0;
+    return forced("wide") || keys_per_cta >= FLASHC_HOPPER_KVC_WIDE_MIN_KEYS;
 }
 
 int flashc_hopper_kvc_wide_takes(const flashc_kvc_params *p, int device, long long keys, int splits) {

@@ -56,6 +56,12 @@ int flashc_hopper_kvc_wide_takes(const flashc_kvc_params *p, int device, long lo
 /* Keys per step of the wide kernel. */
 int flashc_hopper_kvc_wide_block_n(void);
 
+/* 1 where the Hopper kernel's decode tile (at most 16 rows per KV head,
+ * head dims up to 128, TMA boxes) may take this problem on `device`; the
+ * wide kernel above and the one-CTA-per-SM split plan below apply only
+ * there. */
+int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device);
+
 /* The 4-warp decode kernel one CTA per SM: where a split plan of at most
  * one CTA per SM gives each CTA at least ALONE_MIN_KEYS keys, it beat the
  * plan that fills two CTAs per SM (twice the splits) by 1.1-1.4 % on the
@@ -64,10 +70,7 @@ int flashc_hopper_kvc_wide_block_n(void);
  * split count"): half the partials, and a CTA alone on its SM streams the
  * SM's whole share. Shorter streams (4k keys a CTA and less) were not
  * measured and keep two CTAs per SM, whose second CTA hides a CTA's start
- * and end. 1 where the Hopper kernel's decode tile (at most 16 rows per KV
- * head, head dims up to 128, TMA boxes) may take this problem on
- * `device`. */
+ * and end. */
 #define FLASHC_HOPPER_KVC_ALONE_MIN_KEYS 8192
-int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device);
 
 #endif

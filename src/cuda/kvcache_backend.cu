@@ -136,7 +136,7 @@ static int kvc_num_splits(const flashc_kvcache_problem *kp, const flashc_kvc_par
     const long long ctas = p->batch * p->nheads_k * m_blocks;
     const long long key_blocks = (kvc_keys(p) + tile.block_n - 1) / tile.block_n;
     if (ctas == 0 || key_blocks == 0) return 1;
-    if (ctas_per_sm > 1 && flashc_hopper_kvc_alone_applies(params, p->device_index)) {
+    if (ctas_per_sm > 1 && flashc_hopper_kvc_decode_applies(params, p->device_index)) {
         const int alone = kvc_split_heuristic(ctas, sms, key_blocks);
         if (ctas * alone <= sms && (key_blocks / alone) * tile.block_n >= FLASHC_HOPPER_KVC_ALONE_MIN_KEYS)
             return alone;
