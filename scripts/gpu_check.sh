@@ -39,7 +39,8 @@
 #   decode    the decode benchmarks: bench/kvcache_peers.py (flashc,
 #             cuDNN, SDPA flash, and FlashAttention-4 where importable:
 #             run `eval "$(bash .peers/b/fa4.sh stage-b)"` first, see
-#             ../shared/peers/fa4.sh) into decode_peers.tsv, then
+#             ../shared/peers/fa4.sh) into decode_peers.tsv, the model
+#             shapes of bench/kvcache_models_peers.py into decode_models.tsv, then
 #             kvcache_bench --shape for DECODE_ROWS (KV_HEADS,BATCH,CACHE
 #             ...; a default set) into decode_rows.md
 # e.g. GPU_STEPS="build kvcache decode" CUDA_ARCHS=90-real (about 3 minutes).
@@ -460,10 +461,13 @@ step_decode() {
     local log="$OUT/decode_rows.md" row status=0
     FLASHC_LIBRARY="$LIB" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" timeout "$(budget 240)" \
         python3 bench/kvcache_peers.py --out "$OUT/decode_peers.tsv" > "$SCRATCH/peers.log" 2>&1 || status=1
+    FLASHC_LIBRARY="$LIB" PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" timeout "$(budget 240)" \
+        python3 bench/kvcache_models_peers.py --out "$OUT/decode_models.tsv" > "$SCRATCH/models.log" 2>&1 || status=1
     : > "$log"
     for row in ${DECODE_ROWS:-8,1,131072 8,4,32768 8,16,16384 8,64,4096 8,256,1024 32,1,131072 32,64,4096}; do
         timeout "$(budget 60)" "$B/kvcache_bench" --shape "$row" >> "$log" 2>&1 || status=1
     done
+    { echo; echo "kvcache_models_peers.py's notes and errors:"; grep -v $'\t' "$SCRATCH/models.log"; } >> "$log"
     NOTE[decode]="$(grep -m1 '^# copy' "$SCRATCH/peers.log"); flashc / best $(awk -F'\t' 'NR > 1 {
         if (min == "" || $NF < min) min = $NF; if ($NF > max) max = $NF } END { print min "-" max }' \
         "$OUT/decode_peers.tsv" 2>/dev/null)"
