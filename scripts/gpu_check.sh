@@ -33,8 +33,9 @@
 #             and bench/percall_bench.py (per-call cost): bench.log, bench.tsv
 # and summary.txt, the table printed last. Two more steps, not in the
 # default list, for work on the KV cache alone:
-#   kvcache   test_cuda_kvcache on the default kernels (full), on the wide
-#             and the portable ones and under memcheck (quick), side by
+#   kvcache   test_cuda_kvcache on the default kernels (full), on the wide,
+#             the portable and the TMA ones (the last takes head dims that
+#             are not a multiple of 64 too) and under memcheck (quick), side by
 #             side, and pytest -k "cuda and (kvcache or paged)": kvcache.log
 #   decode    the decode benchmarks: bench/kvcache_peers.py (flashc,
 #             cuDNN, SDPA flash, and FlashAttention-4 where importable:
@@ -429,8 +430,9 @@ step_pytest() {
 step_kvcache() {
     local log="$OUT/kvcache.log" name status=0
     local -A mode_env=([default]="" [wide]="FLASHC_CUDA_KVCACHE=wide FLASHC_TEST_QUICK=1"
-                       [portable]="FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1")
-    for name in default wide portable; do
+                       [portable]="FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1"
+                       [tma]="FLASHC_CUDA_KVCACHE=tma FLASHC_TEST_QUICK=1")
+    for name in default wide portable tma; do
         # shellcheck disable=SC2086
         ( cd "$B/tests" && env ${mode_env[$name]} timeout "$(budget 240)" ./test_cuda_kvcache \
               > "$SCRATCH/kvc_$name.log" 2>&1; echo $? > "$SCRATCH/kvc_$name.rc" ) &
@@ -445,7 +447,7 @@ step_kvcache() {
     : > "$log"
     NOTE[kvcache]=""
     local rc
-    for name in default wide portable memcheck; do
+    for name in default wide portable tma memcheck; do
         rc=$(cat "$SCRATCH/kvc_$name.rc" 2>/dev/null || echo "?")
         [ "$rc" = 0 ] || status=1
         { echo "=== test_cuda_kvcache, $name: exit status $rc"

@@ -578,7 +578,7 @@ static void masks(void **state) {
 static void long_decodes(void **state) {
     (void)state;
     REQUIRE_GPU();
-    kv_config c[8];
+    kv_config c[10];
     int n = 0;
     kv_config a = base_config(BF16, 3, 8, 2, 128, 1, 0, 9000);
     a.splits[0] = 0, a.splits[1] = 0, a.splits[2] = 3;
@@ -592,6 +592,9 @@ static void long_decodes(void **state) {
     if (!test_quick()) { /* MHA over 64k keys: on a 132-SM Hopper the heuristic's plan is one CTA per SM,
                             16 heads x 8 splits of 8192 keys (hopper_kvcache.h); 512 MiB of cache */
         b = base_config(BF16, 1, 16, 16, 128, 1, 1, 65536), b.seqlens = -2, c[n++] = b;
+        /* MQA with a group of 32: the 32-row tile one CTA per SM, 2 x 63
+           splits of 1088 keys (the same rule) */
+        b = base_config(BF16, 2, 32, 1, 128, 1, 1, 70000), b.seqlens = -2, c[n++] = b;
     }
     run_cases("long decodes", c, n);
 

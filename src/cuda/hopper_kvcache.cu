@@ -13,6 +13,16 @@ static bool forced(const char *kernel) {
 }
 static bool forced_portable(void) { return forced("portable"); }
 
+/* Head dims that are not a multiple of 64 leave each row's last box partly
+ * out of bounds (96: columns 96-127 zero-filled). Over such caches the TMA
+ * kernel read at 0.85-0.90 of the copy bandwidth where the portable
+ * kernel's cp.async reached 0.94 (MHA d96, bench/NOTES.md "model decode
+ * shapes"), so they run the portable kernel, unless FLASHC_CUDA_KVCACHE=tma
+ * (tests, A/B runs). */
+static bool whole_boxes(const flashc_kvc_params *p) {
+    return (p->head_dim % 64 == 0 && p->head_dim_v % 64 == 0) || forced("tma");
+}
+
 /* Boxes of whole paged blocks (16 or 32 rows), or of 64 rows within a
  * contiguous cache or blocks of 64k rows; 0 where a 64-key step would
  * straddle blocks unevenly. */
@@ -26,7 +36,8 @@ static int box_rows_of(const flashc_kvc_params *p) {
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {
     const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
     const int box_rows = box_rows_of(p);
-    if (forced_portable() || d > 128 || box_rows == 0 || !flashc_hopper_current_device()) return cudaErrorNotSupported;
+    if (forced_portable() || d > 128 || box_rows == 0 || !whole_boxes(p) || !flashc_hopper_current_device())
+        return cudaErrorNotSupported;
     const int64_t rows = p->block_table ? p->block_size : p->capacity;
     const int64_t batches = p->block_table ? p->num_blocks : p->cache_batch;
     if (rows < 1 || batches < 1 || rows > INT32_MAX || batches > INT32_MAX) return cudaErrorNotSupported;
@@ -45,11 +56,17 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
     return cudaErrorNotSupported;
 }
 
-int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device) {
+/* The TMA kernel takes the problem with a tile of at least min_warps_n
+ * warps along the keys (4: at most 16 rows per KV head; 2: at most 32). */
+static int tma_tile_applies(const flashc_kvc_params *p, int device, int min_warps_n) {
     const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
-    return !forced_portable() && d <= 128 && box_rows_of(p) != 0 &&
-           flashc_kvc_warps_n((long long)p->seqlen_q * p->group) == 4 && flashc_hopper_device(device);
+    return !forced_portable() && d <= 128 && box_rows_of(p) != 0 && whole_boxes(p) &&
+           flashc_kvc_warps_n((long long)p->seqlen_q * p->group) >= min_warps_n && flashc_hopper_device(device);
 }
+
+int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device) { return tma_tile_applies(p, device, 4); }
+
+int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device) { return tma_tile_applies(p, device, 2); }
 
 int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta) {
     const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;

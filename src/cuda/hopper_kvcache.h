@@ -24,7 +24,8 @@ FLASHC_HOPPER_KVC_HEAD_DIMS(FLASHC_HOPPER_KVC_DECLARE_RUN)
 
 /* Launch the attention over the cache with the TMA kernel, or return
  * cudaErrorNotSupported (nothing launched) where it does not apply: not a
- * compute capability 9.0 device, head dims above 128, paged blocks of a
+ * compute capability 9.0 device, head dims above 128 or not a multiple of
+ * 64 (FLASHC_CUDA_KVCACHE=tma takes those too), paged blocks of a
  * size other than 16, 32 or a multiple of 64, paged blocks with
  * cache_leftpad, strides TMA cannot take, or the environment variable
  * FLASHC_CUDA_KVCACHE set to "portable" (which tests use to reach the
@@ -58,19 +59,24 @@ int flashc_hopper_kvc_wide_block_n(void);
 
 /* 1 where the Hopper kernel's decode tile (at most 16 rows per KV head,
  * head dims up to 128, TMA boxes) may take this problem on `device`; the
- * wide kernel above and the one-CTA-per-SM split plan below apply only
- * there. */
+ * wide kernel above applies only there. */
 int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device);
 
-/* The 4-warp decode kernel one CTA per SM: where a split plan of at most
- * one CTA per SM gives each CTA at least ALONE_MIN_KEYS keys, it beat the
- * plan that fills two CTAs per SM (twice the splits) by 1.1-1.4 % on the
- * H100 (32 / 8 heads: 1 x 128k at 16 splits 174.3 against 176.5 us, 4 x
- * 32k at 4, 8 x 32k at 2; bench/NOTES.md "cuDNN's decode grids, and the
- * split count"): half the partials, and a CTA alone on its SM streams the
- * SM's whole share. Shorter streams (4k keys a CTA and less) were not
- * measured and keep two CTAs per SM, whose second CTA hides a CTA's start
- * and end. */
-#define FLASHC_HOPPER_KVC_ALONE_MIN_KEYS 8192
+/* 1 where the Hopper kernel takes this problem with a tile of at most 32
+ * rows per KV head, the tiles of the one-CTA-per-SM split plan below.
+ *
+ * The decode kernel one CTA per SM: where a split plan of at most one CTA
+ * per SM gives each CTA at least ALONE_MIN_KEYS keys, it beats the plan
+ * that fills two CTAs per SM (twice the splits) on the H100: 32 / 8 heads,
+ * 1 x 128k at 16 splits 174.3 against 176.5 us, 4 x 32k at 4, 8 x 32k at 2
+ * (bench/NOTES.md "cuDNN's decode grids, and the split count"); down to
+ * 1024-key streams, 2-6 % (16 x 2048 unsplit 47.4 against 50.3 us, 1 x 16k
+ * at 16 splits 27.6 against 28.4: "model decode shapes"). Half the
+ * partials, and a CTA alone on its SM streams the SM's whole share.
+ * Shorter streams were not measured and keep two CTAs per SM. It holds for
+ * the 32-row tile too (MQA 32 / 1, 128 x 8k unsplit: 183.4 against 189.5
+ * us at 2 splits). */
+int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device);
+#define FLASHC_HOPPER_KVC_ALONE_MIN_KEYS 1024
 
 #endif

@@ -113,9 +113,10 @@ static int kvc_split_heuristic(long long ctas, long long slots, long long key_bl
 /* Keys a sequence may have: the capacity and the appended rows. */
 static long long kvc_keys(const flashc_problem *p) { return p->kv.capacity + p->kv.new_rows; }
 
-/* The heuristic's split count for the portable tile (which the 4-warp
- * Hopper kernel shares), or on Hopper the count for one CTA per SM where
- * that plan gives each CTA enough keys (hopper_kvcache.h). */
+/* The heuristic's split count for the portable tile (which the Hopper
+ * kernel shares), or on Hopper, for tiles of up to 32 rows, the count for
+ * one CTA per SM where that plan gives each CTA enough keys
+ * (hopper_kvcache.h). */
 static int kvc_num_splits(const flashc_kvcache_problem *kp, const flashc_kvc_params *params) {
     const flashc_problem *p = &kp->attn;
     const long long rows_per_head = p->seqlen_q * (p->nheads / p->nheads_k);
@@ -136,7 +137,7 @@ static int kvc_num_splits(const flashc_kvcache_problem *kp, const flashc_kvc_par
     const long long ctas = p->batch * p->nheads_k * m_blocks;
     const long long key_blocks = (kvc_keys(p) + tile.block_n - 1) / tile.block_n;
     if (ctas == 0 || key_blocks == 0) return 1;
-    if (ctas_per_sm > 1 && flashc_hopper_kvc_decode_applies(params, p->device_index)) {
+    if (ctas_per_sm > 1 && flashc_hopper_kvc_alone_applies(params, p->device_index)) {
         const int alone = kvc_split_heuristic(ctas, sms, key_blocks);
         if (ctas * alone <= sms && (key_blocks / alone) * tile.block_n >= FLASHC_HOPPER_KVC_ALONE_MIN_KEYS)
             return alone;
