@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kvcache_peers import copy_bandwidth, make_graph, replay_time  # noqa: E402
+from kvcache_peers import make_graph, start_table, time_graphs, timing_columns, write_table  # noqa: E402
 
 import flashc  # noqa: E402
 
@@ -50,14 +50,6 @@ SHAPES = [
 ]
 
 
-def fa4_function():
-    try:
-        from flash_attn.cute import flash_attn_func
-    except Exception:  # not installed here
-        return None
-    return flash_attn_func
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="TSV file for the rows")
@@ -65,15 +57,7 @@ def main():
     parser.add_argument("--num-splits", type=int, default=0, help="flashc's num_splits (0: its own choice)")
     parser.add_argument("--no-peers", action="store_true", help="time flashc alone (A/B runs of builds)")
     args = parser.parse_args()
-    copy = copy_bandwidth()
-    fa4 = fa4_function()
-    print(f"# copy {copy:.0f} GB/s; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
-          f"FA4 {'yes' if fa4 else 'not importable'}")
-    names = ["flashc", "cudnn", "flash", "fa4"]
-    header = ("shape\theads\td\tsq\tbatch\tcache\t" + "\t".join(f"{n}_us" for n in names) +
-              "\tflashc_GBs\tflashc/copy\tflashc/best\tmax_diff")
-    rows = [header]
-    print(header)
+    copy, fa4, rows = start_table("shape\theads\td\tsq\tbatch\tcache", "\tmax_diff")
     for name, h, hk, d, sq, batch, cache, softcap, window in SHAPES:
         if args.only and not any(word in name for word in args.only.split(",")):
             continue
@@ -85,6 +69,7 @@ def main():
         graphs = {"flashc": make_graph(lambda: flashc.flash_attn_with_kvcache(
             q, k, v, cache_seqlens=lens, causal=causal, window_size=(window, 0 if window >= 0 else -1),
             softcap=softcap, num_splits=args.num_splits))}
+        backends = []  # the SDPA backends tried on this row
         if softcap == 0.0 and window < 0 and not args.no_peers:
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             mask = None
@@ -119,30 +104,24 @@ def main():
             ref = fa4(q, k, v, causal=causal, softcap=softcap,
                       window_size=(window if window >= 0 else None, 0 if window >= 0 else None))
             ref = ref[0] if isinstance(ref, tuple) else ref
-        elif len(graphs) > 1:
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION if causal else SDPBackend.CUDNN_ATTENTION):
-                ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=hk != h).transpose(1, 2)
+        else:
+            for peer, backend in backends:
+                if peer in graphs:  # an SDPA backend that took the row
+                    with sdpa_kernel(backend):
+                        ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask,
+                                                             enable_gqa=hk != h).transpose(1, 2)
+                    break
         diff = (out.float() - ref.float()).abs().max().item() if ref is not None else float("nan")
-        times = {peer: float("inf") for peer in graphs}
-        for _ in range(3):
-            for peer, graph in graphs.items():
-                times[peer] = min(times[peer], replay_time(graph))
-        t = {peer: times.get(peer, float("nan")) for peer in names}
+        t = time_graphs(graphs)
         keys = cache if window < 0 else min(cache, window + sq)
         kv_bytes = 2 * batch * keys * hk * d * k.element_size()
-        peers = [t[n] for n in names[1:] if t[n] == t[n]]
-        best = min(peers) if peers else float("nan")
-        row = (f"{name}\t{h}/{hk}\t{d}\t{sq}\t{batch}\t{cache}\t" +
-               "\t".join(f"{t[n] * 1e6:.1f}" for n in names) +
-               f"\t{kv_bytes / t['flashc'] / 1e9:.0f}\t{kv_bytes / t['flashc'] / 1e9 / copy:.3f}"
-               f"\t{best / t['flashc']:.3f}\t{diff:.1e}")
+        row = (f"{name}\t{h}/{hk}\t{d}\t{sq}\t{batch}\t{cache}\t" + timing_columns(t, kv_bytes, copy) +
+               f"\t{diff:.1e}")
         rows.append(row)
         print(row, flush=True)
         del graphs, q, k, v
         torch.cuda.empty_cache()
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(rows) + "\n")
+    write_table(args.out, rows)
 
 
 if __name__ == "__main__":

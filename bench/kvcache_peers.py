@@ -57,13 +57,12 @@ def replay_time(graph, calls=20, replays=7):
 
 
 def fa4_function():
+    """FA4's flash_attn_func, or None where flash_attn.cute is not installed."""
     try:
         from flash_attn.cute import flash_attn_func
     except Exception:  # not installed here
         return None
-    def call(q, k, v):
-        return flash_attn_func(q, k, v)
-    return call
+    return flash_attn_func
 
 
 def copy_bandwidth():
@@ -83,19 +82,53 @@ def copy_bandwidth():
     return 2 * a.numel() / sorted(times)[2] / 1e9
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="TSV file for the rows")
-    args = parser.parse_args()
+NAMES = ["flashc", "cudnn", "flash", "fa4"]
+
+
+def start_table(key_columns, extra_columns=""):
+    """The copy ceiling, FA4 (or None) and the table's rows so far, its
+    header, which is printed with the copy line."""
     copy = copy_bandwidth()
     fa4 = fa4_function()
     print(f"# copy {copy:.0f} GB/s; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
           f"FA4 {'yes' if fa4 else 'not importable'}")
-    names = ["flashc", "cudnn", "flash", "fa4"]
-    header = ("heads\tbatch\tcache\t" + "\t".join(f"{n}_us" for n in names) +
-              "\tflashc_GBs\tflashc/copy\tflashc/best")
-    rows = [header]
+    header = (key_columns + "\t" + "\t".join(f"{n}_us" for n in NAMES) +
+              "\tflashc_GBs\tflashc/copy\tflashc/best" + extra_columns)
     print(header)
+    return copy, fa4, [header]
+
+
+def time_graphs(graphs, rounds=3):
+    """Seconds per call of each library (NaN where it has no graph): the
+    best of `rounds` rounds, the libraries in turn within each."""
+    times = {name: float("inf") for name in graphs}
+    for _ in range(rounds):
+        for name, graph in graphs.items():
+            times[name] = min(times[name], replay_time(graph))
+    return {name: times.get(name, float("nan")) for name in NAMES}
+
+
+def timing_columns(t, kv_bytes, copy):
+    """A row's µs per library, flashc's GB/s, its ratio to the copy and to
+    the best peer that ran."""
+    peers = [t[n] for n in NAMES[1:] if t[n] == t[n]]
+    best = min(peers) if peers else float("nan")
+    gbs = kv_bytes / t["flashc"] / 1e9
+    return ("\t".join(f"{t[n] * 1e6:.1f}" for n in NAMES) +
+            f"\t{gbs:.0f}\t{gbs / copy:.3f}\t{best / t['flashc']:.3f}")
+
+
+def write_table(path, rows):
+    if path:
+        with open(path, "w") as f:
+            f.write("\n".join(rows) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="TSV file for the rows")
+    args = parser.parse_args()
+    copy, fa4, rows = start_table("heads\tbatch\tcache")
     for h, hk, batch, cache in SHAPES:
         d = 128
         q = torch.randn(batch, 1, h, d, device="cuda", dtype=torch.bfloat16)
@@ -116,24 +149,13 @@ def main():
                 graphs["fa4"] = make_graph(lambda: fa4(q, k, v))
             except Exception as e:  # a shape FA4 does not take
                 print(f"# FA4 {h}/{hk} {batch} x {cache}: {type(e).__name__}: {e}".splitlines()[0])
-        times = {name: float("inf") for name in graphs}
-        for _ in range(3):
-            for name, graph in graphs.items():
-                times[name] = min(times[name], replay_time(graph))
-        t = {name: times.get(name, float("nan")) for name in names}
-        kv_bytes = 2 * k.numel() * k.element_size()
-        peers = [t[n] for n in names[1:] if t[n] == t[n]]
-        best = min(peers) if peers else float("nan")
-        row = (f"{h}/{hk}\t{batch}\t{cache}\t" + "\t".join(f"{t[n] * 1e6:.1f}" for n in names) +
-               f"\t{kv_bytes / t['flashc'] / 1e9:.0f}\t{kv_bytes / t['flashc'] / 1e9 / copy:.3f}"
-               f"\t{best / t['flashc']:.3f}")
+        t = time_graphs(graphs)
+        row = f"{h}/{hk}\t{batch}\t{cache}\t" + timing_columns(t, 2 * k.numel() * k.element_size(), copy)
         rows.append(row)
         print(row, flush=True)
         del graphs, q, k, v, qt, kt, vt
         torch.cuda.empty_cache()
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(rows) + "\n")
+    write_table(args.out, rows)
 
 
 if __name__ == "__main__":
