@@ -66,9 +66,21 @@ def main():
         v = torch.randn_like(k)
         lens = torch.full((batch,), cache, dtype=torch.int32, device="cuda")
         causal = sq > 1
-        graphs = {"flashc": make_graph(lambda: flashc.flash_attn_with_kvcache(
-            q, k, v, cache_seqlens=lens, causal=causal, window_size=(window, 0 if window >= 0 else -1),
-            softcap=softcap, num_splits=args.num_splits))}
+        fa4_window = (window if window >= 0 else None, 0 if window >= 0 else None)
+
+        def call_flashc():
+            return flashc.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, causal=causal,
+                                                  window_size=(window, 0 if window >= 0 else -1), softcap=softcap,
+                                                  num_splits=args.num_splits)
+
+        def call_fa4():
+            out = fa4(q, k, v, causal=causal, softcap=softcap, window_size=fa4_window)
+            return out[0] if isinstance(out, tuple) else out
+
+        def call_sdpa():  # (batch, heads, rows, d) in, out as q
+            return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=hk != h).transpose(1, 2)
+
+        graphs = {"flashc": make_graph(call_flashc)}
         backends = []  # the SDPA backends tried on this row
         if softcap == 0.0 and window < 0 and not args.no_peers:
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -84,32 +96,24 @@ def main():
             for peer, backend in backends:
                 try:
                     with sdpa_kernel(backend):
-                        graphs[peer] = make_graph(lambda: F.scaled_dot_product_attention(
-                            qt, kt, vt, attn_mask=mask, enable_gqa=hk != h))
+                        graphs[peer] = make_graph(call_sdpa)
                 except RuntimeError as e:
                     print(f"# {peer} {name}: {e}".splitlines()[0][:160])
         if fa4 and not args.no_peers:
             try:
-                graphs["fa4"] = make_graph(lambda: fa4(q, k, v, causal=causal, softcap=softcap,
-                                                       window_size=(window if window >= 0 else None,
-                                                                    0 if window >= 0 else None)))
+                graphs["fa4"] = make_graph(call_fa4)
             except Exception as e:  # a shape FA4 does not take
                 print(f"# fa4 {name}: {type(e).__name__}: {e}".splitlines()[0][:160])
         # the rows compare the same attention: flashc's output against a peer's
-        out = flashc.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, causal=causal,
-                                             window_size=(window, 0 if window >= 0 else -1), softcap=softcap,
-                                             num_splits=args.num_splits)
+        out = call_flashc()
         ref = None
-        if fa4 and "fa4" in graphs:
-            ref = fa4(q, k, v, causal=causal, softcap=softcap,
-                      window_size=(window if window >= 0 else None, 0 if window >= 0 else None))
-            ref = ref[0] if isinstance(ref, tuple) else ref
+        if "fa4" in graphs:
+            ref = call_fa4()
         else:
             for peer, backend in backends:
                 if peer in graphs:  # an SDPA backend that took the row
                     with sdpa_kernel(backend):
-                        ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask,
-                                                             enable_gqa=hk != h).transpose(1, 2)
+                        ref = call_sdpa()
                     break
         diff = (out.float() - ref.float()).abs().max().item() if ref is not None else float("nan")
         t = time_graphs(graphs)
