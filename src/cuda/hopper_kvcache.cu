@@ -33,11 +33,17 @@ static int box_rows_of(const flashc_kvc_params *p) {
     return p->block_size % 64 == 0 ? 64 : 0;
 }
 
+static int max_head_dim(const flashc_kvc_params *p) { return p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v; }
+
+/* The problem's shape and layout suit the TMA kernel (whatever the device). */
+static bool tma_takes(const flashc_kvc_params *p) {
+    return !forced_portable() && max_head_dim(p) <= 128 && box_rows_of(p) != 0 && whole_boxes(p);
+}
+
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {
-    const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
+    const int d = max_head_dim(p);
     const int box_rows = box_rows_of(p);
-    if (forced_portable() || d > 128 || box_rows == 0 || !whole_boxes(p) || !flashc_hopper_current_device())
-        return cudaErrorNotSupported;
+    if (!tma_takes(p) || !flashc_hopper_current_device()) return cudaErrorNotSupported;
     const int64_t rows = p->block_table ? p->block_size : p->capacity;
     const int64_t batches = p->block_table ? p->num_blocks : p->cache_batch;
     if (rows < 1 || batches < 1 || rows > INT32_MAX || batches > INT32_MAX) return cudaErrorNotSupported;
@@ -59,9 +65,8 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
 /* The TMA kernel takes the problem with a tile of at least min_warps_n
  * warps along the keys (4: at most 16 rows per KV head; 2: at most 32). */
 static int tma_tile_applies(const flashc_kvc_params *p, int device, int min_warps_n) {
-    const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
-    return !forced_portable() && d <= 128 && box_rows_of(p) != 0 && whole_boxes(p) &&
-           flashc_kvc_warps_n((long long)p->seqlen_q * p->group) >= min_warps_n && flashc_hopper_device(device);
+    return tma_takes(p) && flashc_kvc_warps_n((long long)p->seqlen_q * p->group) >= min_warps_n &&
+           flashc_hopper_device(device);
 }
 
 int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device) { return tma_tile_applies(p, device, 4); }
@@ -69,8 +74,7 @@ int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device) { r
 int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device) { return tma_tile_applies(p, device, 2); }
 
 int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta) {
-    const int d = p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v;
-    if (d <= 64 || box_rows_of(p) != 64 || !flashc_hopper_kvc_decode_applies(p, device)) return 0;
+    if (max_head_dim(p) <= 64 || box_rows_of(p) != 64 || !flashc_hopper_kvc_decode_applies(p, device)) return 0;
     return forced("wide") || keys_per_cta >= FLASHC_HOPPER_KVC_WIDE_MIN_KEYS;
 }
 
