@@ -508,6 +508,10 @@ static void append_and_decode(void **state) {
     c[n++] = base_config(BF16, 48, 8, 4, 128, 1, 1, 300);
     c[n] = base_config(FP16, 40, 4, 4, 64, 2, 1, 520), c[n].block_size = 16, ++n;
     c[n] = base_config(BF16, 30, 8, 2, 128, 1, 1, 1100), c[n].seqlens = -2, c[n++].causal = 1;
+    /* tiles of 17-32 rows per KV head: MQA with a group of 32, and 3
+       speculative tokens of a group of 8 (24 rows, causal) */
+    c[n++] = base_config(BF16, 3, 32, 1, 128, 1, 1, 700);
+    c[n] = base_config(FP16, 2, 16, 2, 128, 3, 3, 300), c[n++].causal = 1;
     run_cases("append and decode", c, n);
 }
 

@@ -55,6 +55,7 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
         return cudaErrorNotSupported;
     int warps_n = flashc_kvc_warps_n((long long)p->seqlen_q * p->group);
     if (p->wide && warps_n == 4) warps_n = FLASHC_HOPPER_KVC_WIDE_WARPS;
+    if (p->tall && warps_n == 2) warps_n = FLASHC_KVC_TALL;
 #define FLASHC_HOPPER_KVC_TRY(HEAD_DIM) \
     if (d <= HEAD_DIM) return flashc_hopper_kvc_run_hdim##HEAD_DIM(p, &m, stream, is_bf16, warps_n);
     FLASHC_HOPPER_KVC_HEAD_DIMS(FLASHC_HOPPER_KVC_TRY)
@@ -80,6 +81,11 @@ int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long 
 
 int flashc_hopper_kvc_wide_takes(const flashc_kvc_params *p, int device, long long keys, int splits) {
     return (splits == 1 || forced("wide")) && flashc_hopper_kvc_wide_applies(p, device, (keys + splits - 1) / splits);
+}
+
+int flashc_hopper_kvc_tall_takes(const flashc_kvc_params *p, int device, int alone) {
+    return (alone || forced("tall")) && max_head_dim(p) > 64 &&
+           flashc_kvc_warps_n((long long)p->seqlen_q * p->group) == 2 && tma_tile_applies(p, device, 2);
 }
 
 int flashc_hopper_kvc_wide_block_n(void) { return flashc_kvc_config<128, FLASHC_HOPPER_KVC_WIDE_WARPS>::BLOCK_N; }

@@ -79,4 +79,16 @@ int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device);
 int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device);
 #define FLASHC_HOPPER_KVC_ALONE_MIN_KEYS 1024
 
+/* 1 where the tall tile runs this problem: 17-32 rows per KV head at head
+ * dims 65-128, under the one-CTA-per-SM plan (alone = 1; or whatever the
+ * plan with FLASHC_CUDA_KVCACHE=tall, for tests). Eight warps, two along
+ * the rows and four along 64-key steps (kvcache_config.h's FLASHC_KVC_TALL
+ * row), where the 2 x 2 tile has four: alone on its SM, a CTA of four
+ * warps kept too few loads in flight. MQA 32 / 1, 128 x 8k unsplit: 179.3
+ * against 183.4 us on the H100; 8 x 32k at 16 splits equal (53.5 / 53.0).
+ * Where two CTAs share an SM it lost 1-1.3 % (256 x 4k; GQA 8 with 4
+ * speculative tokens), so it runs only alone (bench/NOTES.md, "the tall
+ * tile"). */
+int flashc_hopper_kvc_tall_takes(const flashc_kvc_params *p, int device, int alone);
+
 #endif

@@ -36,12 +36,17 @@ static cudaError_t flashc_hopper_kvc_launch(const flashc_kvc_params &p, const fl
         if (is_bf16) {                                                                                          \
             if constexpr (flashc_kvc_config<HEAD_DIM, 8>::COMPILED)                                             \
                 if (warps_n == 8) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 8>(*p, *m, s);       \
+            if constexpr (flashc_kvc_config<HEAD_DIM, FLASHC_KVC_TALL>::COMPILED)                               \
+                if (warps_n == FLASHC_KVC_TALL)                                                                 \
+                    return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, FLASHC_KVC_TALL>(*p, *m, s);       \
             if (warps_n == 4) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 4>(*p, *m, s);           \
             if (warps_n == 2) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 2>(*p, *m, s);           \
             return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 1>(*p, *m, s);                             \
         }                                                                                                       \
         if constexpr (flashc_kvc_config<HEAD_DIM, 8>::COMPILED)                                                 \
             if (warps_n == 8) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 8>(*p, *m, s);                  \
+        if constexpr (flashc_kvc_config<HEAD_DIM, FLASHC_KVC_TALL>::COMPILED)                                   \
+            if (warps_n == FLASHC_KVC_TALL) return flashc_hopper_kvc_launch<__half, HEAD_DIM, FLASHC_KVC_TALL>(*p, *m, s); \
         if (warps_n == 4) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 4>(*p, *m, s);                      \
         if (warps_n == 2) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 2>(*p, *m, s);                      \
         return flashc_hopper_kvc_launch<__half, HEAD_DIM, 1>(*p, *m, s);                                        \

@@ -116,8 +116,8 @@ static long long kvc_keys(const flashc_problem *p) { return p->kv.capacity + p->
 /* The heuristic's split count for the portable tile (which the Hopper
  * kernel shares), or on Hopper, for tiles of up to 32 rows, the count for
  * one CTA per SM where that plan gives each CTA enough keys
- * (hopper_kvcache.h). */
-static int kvc_num_splits(const flashc_kvcache_problem *kp, const flashc_kvc_params *params) {
+ * (hopper_kvcache.h; *alone_plan set to 1 then). */
+static int kvc_num_splits(const flashc_kvcache_problem *kp, const flashc_kvc_params *params, int *alone_plan) {
     const flashc_problem *p = &kp->attn;
     const long long rows_per_head = p->seqlen_q * (p->nheads / p->nheads_k);
     const int optin = flashc_cuda_device_smem_optin(p->device_index);
@@ -139,8 +139,10 @@ static int kvc_num_splits(const flashc_kvcache_problem *kp, const flashc_kvc_par
     if (ctas == 0 || key_blocks == 0) return 1;
     if (ctas_per_sm > 1 && flashc_hopper_kvc_alone_applies(params, p->device_index)) {
         const int alone = kvc_split_heuristic(ctas, sms, key_blocks);
-        if (ctas * alone <= sms && (key_blocks / alone) * tile.block_n >= FLASHC_HOPPER_KVC_ALONE_MIN_KEYS)
+        if (ctas * alone <= sms && (key_blocks / alone) * tile.block_n >= FLASHC_HOPPER_KVC_ALONE_MIN_KEYS) {
+            *alone_plan = 1;
             return alone;
+        }
     }
     return kvc_split_heuristic(ctas, (long long)sms * ctas_per_sm, key_blocks);
 }
@@ -151,21 +153,23 @@ static int kvc_num_splits(const flashc_kvcache_problem *kp, const flashc_kvc_par
  * SM) and streams the whole cache. Where it would split (batch 4 x 128k
  * keys: 4 splits against the 4-warp kernel's 8) it measured 0.5-1.4 %
  * slower. The splits otherwise are the heuristic's for the portable tile,
- * which the 4-warp Hopper kernel shares. */
+ * which the 4-warp Hopper kernel shares; where they put one CTA per SM,
+ * tiles of 17-32 rows run the tall kernel. */
 typedef struct kvc_split_plan {
-    int splits, wide;
+    int splits, wide, tall;
 } kvc_split_plan;
 
 static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kvc_params *params) {
     const flashc_problem *p = &kp->attn;
     const long long keys = kvc_keys(p);
-    kvc_split_plan plan = {1, 0};
+    kvc_split_plan plan = {1, 0, 0};
     /* no query rows (batch 0 or seqlen_q 0): nothing to split or combine, and
      * the caller sized no partials for a forced num_splits */
     if (p->batch * p->seqlen_q == 0) return plan;
     if (kp->num_splits >= 1) {
         plan.splits = kp->num_splits < FLASHC_KVC_MAX_SPLITS ? kp->num_splits : FLASHC_KVC_MAX_SPLITS;
         plan.wide = flashc_hopper_kvc_wide_takes(params, p->device_index, keys, plan.splits);
+        plan.tall = flashc_hopper_kvc_tall_takes(params, p->device_index, 0);
         return plan;
     }
     const int sms = flashc_cuda_device_sms(p->device_index);
@@ -180,7 +184,9 @@ static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kv
             return plan;
         }
     }
-    plan.splits = kvc_num_splits(kp, params);
+    int alone = 0;
+    plan.splits = kvc_num_splits(kp, params, &alone);
+    plan.tall = flashc_hopper_kvc_tall_takes(params, p->device_index, alone);
     return plan;
 }
 
@@ -253,6 +259,7 @@ extern "C" flashc_status flashc_cuda_kvcache(flashc_kvcache_problem *kp) {
     const kvc_split_plan plan = kvc_plan(kp, &c.k);
     const int splits = plan.splits;
     c.k.wide = plan.wide;
+    c.k.tall = plan.tall;
     const size_t partial_bytes = kvc_partial_bytes(p, splits);
     c.combine = splits > 1;
     if (c.combine) {

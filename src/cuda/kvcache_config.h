@@ -56,11 +56,11 @@ template <int HEAD_DIM, int WARPS_N, bool SMALL = false>
 struct flashc_kvc_config {
     static constexpr bool COMPILED = false;
 };
-#define FLASHC_KVC_CONFIG_STRUCT(D, WN, BN, S, SM)                                                   \
+#define FLASHC_KVC_CONFIG_STRUCT_OF(D, KEY, WM, WN, BN, S, SM)                                       \
     template <>                                                                                      \
-    struct flashc_kvc_config<D, WN, SM> {                                                            \
+    struct flashc_kvc_config<D, KEY, SM> {                                                           \
         static constexpr bool COMPILED = true;                                                       \
-        static constexpr int WARPS_N = WN, WARPS_M = WN >= 4 ? 1 : 4 / WN, BLOCK_M = 16 * WARPS_M;   \
+        static constexpr int WARPS_N = WN, WARPS_M = WM, BLOCK_M = 16 * WARPS_M;                    \
         static constexpr int THREADS = 32 * WARPS_M * WN;                                            \
         static constexpr int BLOCK_N = BN, STAGES = S, KEYS_PER_WARP = BN / WN;                      \
         static constexpr int SD = FLASHC_SMEM_ROW(D);   /* K / V / Q smem row, elements */           \
@@ -76,8 +76,16 @@ struct flashc_kvc_config {
         static_assert(BN <= THREADS, "one thread per key row computes its offsets");                 \
         static_assert(S >= 2, "a stage computed while the next loads");                              \
     };
+#define FLASHC_KVC_CONFIG_STRUCT(D, WN, BN, S, SM) FLASHC_KVC_CONFIG_STRUCT_OF(D, WN, (WN >= 4 ? 1 : 4 / WN), WN, BN, S, SM)
 FLASHC_KVC_CONFIGS(FLASHC_KVC_CONFIG_STRUCT)
+/* The Hopper tall tile (hopper_kvcache.h): 32 rows as two row warps x four
+ * key warps over 64-key steps, eight warps, one CTA per SM; keyed apart
+ * from the four-warp tiles, which the portable kernel shares (24 is a
+ * key, not a warp count). */
+#define FLASHC_KVC_TALL 24
+FLASHC_KVC_CONFIG_STRUCT_OF(128, FLASHC_KVC_TALL, 2, 4, 64, 4, 0)
 #undef FLASHC_KVC_CONFIG_STRUCT
+#undef FLASHC_KVC_CONFIG_STRUCT_OF
 
 /* Shared memory of configuration (head_dim, warps_n, small), 0 if it is
  * not compiled. */
