@@ -498,6 +498,8 @@ static void append_and_decode(void **state) {
     c[n] = base_config(BF16, 2, 4, 2, 128, 1, 0, 100), c[n++].seqlens = 0;  /* no keys at all */
     c[n] = base_config(BF16, 2, 4, 4, 96, 3, 0, 130), c[n++].no_seqlens = 1;
     c[n++] = base_config(FP16, 2, 8, 2, 256, 1, 1, 150);
+    c[n] = base_config(BF16, 3, 16, 8, 256, 1, 1, 700), c[n].softcap = 30, c[n++].window_left = 200; /* Gemma-like */
+    c[n++] = base_config(FP16, 2, 16, 2, 256, 3, 3, 300);  /* 24 rows of 256: 32-key steps */
     c[n] = base_config(BF16, 2, 6, 3, 192, 2, 2, 99), c[n].dv = 128, ++n;   /* d != dv */
     c[n] = base_config(FP16, 1, 4, 1, 40, 1, 1, 33), c[n].dv = 72, ++n;
     c[n] = base_config(BF16, 3, 4, 2, 128, 1, 1, 200), c[n++].batch_idx = 1;

@@ -35,9 +35,20 @@ static int box_rows_of(const flashc_kvc_params *p) {
 
 static int max_head_dim(const flashc_kvc_params *p) { return p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v; }
 
+/* Head dims above 128 run the 256 kernel, which has 64-key steps only in
+ * the decode tile (at most 16 rows per KV head; kvcache_config.h's other
+ * 256 tiles step 32 keys), and only where each of K's and V's four boxes
+ * per row holds some of the row (193-256: d 192 / dv 128 run the portable
+ * kernel rather than load boxes wholly out of bounds). */
+static bool tma_head_dim(const flashc_kvc_params *p) {
+    if (max_head_dim(p) <= 128) return true;
+    return p->head_dim > 192 && p->head_dim_v > 192 && p->head_dim <= 256 && p->head_dim_v <= 256 &&
+           flashc_kvc_warps_n((long long)p->seqlen_q * p->group) == 4;
+}
+
 /* The problem's shape and layout suit the TMA kernel (whatever the device). */
 static bool tma_takes(const flashc_kvc_params *p) {
-    return !forced_portable() && max_head_dim(p) <= 128 && box_rows_of(p) != 0 && whole_boxes(p);
+    return !forced_portable() && tma_head_dim(p) && box_rows_of(p) != 0 && whole_boxes(p);
 }
 
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {
@@ -75,7 +86,9 @@ int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device) { r
 int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device) { return tma_tile_applies(p, device, 2); }
 
 int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta) {
-    if (max_head_dim(p) <= 64 || box_rows_of(p) != 64 || !flashc_hopper_kvc_decode_applies(p, device)) return 0;
+    if (max_head_dim(p) <= 64 || max_head_dim(p) > 128 || box_rows_of(p) != 64 ||
+        !flashc_hopper_kvc_decode_applies(p, device))
+        return 0;
     return forced("wide") || keys_per_cta >= FLASHC_HOPPER_KVC_WIDE_MIN_KEYS;
 }
 
@@ -84,7 +97,7 @@ int flashc_hopper_kvc_wide_takes(const flashc_kvc_params *p, int device, long lo
 }
 
 int flashc_hopper_kvc_tall_takes(const flashc_kvc_params *p, int device, int alone) {
-    return (alone || forced("tall")) && max_head_dim(p) > 64 &&
+    return (alone || forced("tall")) && max_head_dim(p) > 64 && max_head_dim(p) <= 128 &&
            flashc_kvc_warps_n((long long)p->seqlen_q * p->group) == 2 && tma_tile_applies(p, device, 2);
 }
 

@@ -46,6 +46,7 @@ struct flashc_hopper_kvc_config {
     static constexpr int BOXES = HEAD_DIM / 64;     /* 64-column boxes per row */
     static constexpr int BOX_ROWS = 64;             /* the host's boxes of a contiguous cache (hopper_kvcache.cu) */
     static constexpr int MAX_PIECES = P::BLOCK_N / 16; /* box_rows >= 16 */
+    static constexpr bool WHOLE_BOXES = P::BLOCK_N % BOX_ROWS == 0; /* a step of whole 64-row boxes */
     static constexpr int K_BYTES = P::BLOCK_N * HEAD_DIM * 2, STAGE_BYTES = 2 * K_BYTES;
     static constexpr int RING_OFFSET = P::Q_BYTES;
     static constexpr int BAR_OFFSET = RING_OFFSET + 2 * MAX_PIECES * 8;
