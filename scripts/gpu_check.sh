@@ -34,7 +34,7 @@
 # and summary.txt, the table printed last. Two more steps, not in the
 # default list, for work on the KV cache alone:
 #   kvcache   test_cuda_kvcache on the default kernels (full), on the wide,
-#             the tall, the portable and the TMA ones (the last takes head dims that
+#             the tall (64- and 128-key steps), the portable and the TMA ones (the last takes head dims that
 #             are not a multiple of 64 too) and under memcheck (quick), side by
 #             side, and pytest -k "cuda and (kvcache or paged)": kvcache.log
 #   decode    the decode benchmarks: bench/kvcache_peers.py (flashc,
@@ -431,9 +431,10 @@ step_kvcache() {
     local log="$OUT/kvcache.log" name status=0
     local -A mode_env=([default]="" [wide]="FLASHC_CUDA_KVCACHE=wide FLASHC_TEST_QUICK=1"
                        [tall]="FLASHC_CUDA_KVCACHE=tall FLASHC_TEST_QUICK=1"
+                       [tall128]="FLASHC_CUDA_KVCACHE=tall128 FLASHC_TEST_QUICK=1"
                        [portable]="FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1"
                        [tma]="FLASHC_CUDA_KVCACHE=tma FLASHC_TEST_QUICK=1")
-    for name in default wide tall portable tma; do
+    for name in default wide tall tall128 portable tma; do
         # shellcheck disable=SC2086
         ( cd "$B/tests" && env ${mode_env[$name]} timeout "$(budget 240)" ./test_cuda_kvcache \
               > "$SCRATCH/kvc_$name.log" 2>&1; echo $? > "$SCRATCH/kvc_$name.rc" ) &
@@ -448,7 +449,7 @@ step_kvcache() {
     : > "$log"
     NOTE[kvcache]=""
     local rc
-    for name in default wide tall portable tma memcheck; do
+    for name in default wide tall tall128 portable tma memcheck; do
         rc=$(cat "$SCRATCH/kvc_$name.rc" 2>/dev/null || echo "?")
         [ "$rc" = 0 ] || status=1
         { echo "=== test_cuda_kvcache, $name: exit status $rc"

@@ -66,7 +66,7 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
         return cudaErrorNotSupported;
     int warps_n = flashc_kvc_warps_n((long long)p->seqlen_q * p->group);
     if (p->wide && warps_n == 4) warps_n = FLASHC_HOPPER_KVC_WIDE_WARPS;
-    if (p->tall && warps_n == 2) warps_n = FLASHC_KVC_TALL;
+    if (p->tall && warps_n == 2) warps_n = p->tall;
 #define FLASHC_HOPPER_KVC_TRY(HEAD_DIM) \
     if (d <= HEAD_DIM) return flashc_hopper_kvc_run_hdim##HEAD_DIM(p, &m, stream, is_bf16, warps_n);
     FLASHC_HOPPER_KVC_HEAD_DIMS(FLASHC_HOPPER_KVC_TRY)
@@ -83,7 +83,9 @@ static int tma_tile_applies(const flashc_kvc_params *p, int device, int min_warp
 
 int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device) { return tma_tile_applies(p, device, 4); }
 
-int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device) { return tma_tile_applies(p, device, 2); }
+int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device) {
+    return box_rows_of(p) == 64 && tma_tile_applies(p, device, 2);
+}
 
 int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta) {
     if (max_head_dim(p) <= 64 || max_head_dim(p) > 128 || box_rows_of(p) != 64 ||
@@ -96,9 +98,13 @@ int flashc_hopper_kvc_wide_takes(const flashc_kvc_params *p, int device, long lo
     return (splits == 1 || forced("wide")) && flashc_hopper_kvc_wide_applies(p, device, (keys + splits - 1) / splits);
 }
 
-int flashc_hopper_kvc_tall_takes(const flashc_kvc_params *p, int device, int alone) {
-    return (alone || forced("tall")) && max_head_dim(p) > 64 && max_head_dim(p) <= 128 &&
-           flashc_kvc_warps_n((long long)p->seqlen_q * p->group) == 2 && tma_tile_applies(p, device, 2);
+int flashc_hopper_kvc_tall_takes(const flashc_kvc_params *p, int device, int alone, long long keys_per_cta) {
+    const bool long_steps =
+        forced("tall128") || (!forced("tall") && keys_per_cta >= FLASHC_HOPPER_KVC_TALL_LONG_MIN_KEYS);
+    if (!(alone || forced("tall") || forced("tall128")) || max_head_dim(p) <= 64 || max_head_dim(p) > 128 ||
+        flashc_kvc_warps_n((long long)p->seqlen_q * p->group) != 2 || !tma_tile_applies(p, device, 2))
+        return 0;
+    return long_steps ? FLASHC_KVC_TALL_LONG : FLASHC_KVC_TALL;
 }
 
 int flashc_hopper_kvc_wide_block_n(void) { return flashc_kvc_config<128, FLASHC_HOPPER_KVC_WIDE_WARPS>::BLOCK_N; }

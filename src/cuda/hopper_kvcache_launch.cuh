@@ -33,27 +33,28 @@ static cudaError_t flashc_hopper_kvc_launch(const flashc_kvc_params &p, const fl
     }
 }
 
+/* The launch of warp layout warps_n (kvcache_config.h's keys: the tiles
+ * compiled at this head dim). */
+template <typename T, int HEAD_DIM>
+static cudaError_t flashc_hopper_kvc_run(const flashc_kvc_params &p, const flashc_hopper_kvc_maps &m,
+                                         cudaStream_t s, int warps_n) {
+    if constexpr (flashc_kvc_config<HEAD_DIM, 8>::COMPILED)
+        if (warps_n == 8) return flashc_hopper_kvc_launch<T, HEAD_DIM, 8>(p, m, s);
+    if constexpr (flashc_kvc_config<HEAD_DIM, FLASHC_KVC_TALL_LONG>::COMPILED)
+        if (warps_n == FLASHC_KVC_TALL_LONG) return flashc_hopper_kvc_launch<T, HEAD_DIM, FLASHC_KVC_TALL_LONG>(p, m, s);
+    if constexpr (flashc_kvc_config<HEAD_DIM, FLASHC_KVC_TALL>::COMPILED)
+        if (warps_n == FLASHC_KVC_TALL) return flashc_hopper_kvc_launch<T, HEAD_DIM, FLASHC_KVC_TALL>(p, m, s);
+    if (warps_n == 4) return flashc_hopper_kvc_launch<T, HEAD_DIM, 4>(p, m, s);
+    if (warps_n == 2) return flashc_hopper_kvc_launch<T, HEAD_DIM, 2>(p, m, s);
+    return flashc_hopper_kvc_launch<T, HEAD_DIM, 1>(p, m, s);
+}
+
 #define FLASHC_HOPPER_KVC_DEFINE_RUN(HEAD_DIM)                                                                  \
     cudaError_t flashc_hopper_kvc_run_hdim##HEAD_DIM(const flashc_kvc_params *p, const flashc_hopper_kvc_maps *m, \
                                                      void *stream, int is_bf16, int warps_n) {                  \
         cudaStream_t s = (cudaStream_t)stream;                                                                  \
-        if (is_bf16) {                                                                                          \
-            if constexpr (flashc_kvc_config<HEAD_DIM, 8>::COMPILED)                                             \
-                if (warps_n == 8) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 8>(*p, *m, s);       \
-            if constexpr (flashc_kvc_config<HEAD_DIM, FLASHC_KVC_TALL>::COMPILED)                               \
-                if (warps_n == FLASHC_KVC_TALL)                                                                 \
-                    return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, FLASHC_KVC_TALL>(*p, *m, s);       \
-            if (warps_n == 4) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 4>(*p, *m, s);           \
-            if (warps_n == 2) return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 2>(*p, *m, s);           \
-            return flashc_hopper_kvc_launch<__nv_bfloat16, HEAD_DIM, 1>(*p, *m, s);                             \
-        }                                                                                                       \
-        if constexpr (flashc_kvc_config<HEAD_DIM, 8>::COMPILED)                                                 \
-            if (warps_n == 8) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 8>(*p, *m, s);                  \
-        if constexpr (flashc_kvc_config<HEAD_DIM, FLASHC_KVC_TALL>::COMPILED)                                   \
-            if (warps_n == FLASHC_KVC_TALL) return flashc_hopper_kvc_launch<__half, HEAD_DIM, FLASHC_KVC_TALL>(*p, *m, s); \
-        if (warps_n == 4) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 4>(*p, *m, s);                      \
-        if (warps_n == 2) return flashc_hopper_kvc_launch<__half, HEAD_DIM, 2>(*p, *m, s);                      \
-        return flashc_hopper_kvc_launch<__half, HEAD_DIM, 1>(*p, *m, s);                                        \
+        if (is_bf16) return flashc_hopper_kvc_run<__nv_bfloat16, HEAD_DIM>(*p, *m, s, warps_n);                 \
+        return flashc_hopper_kvc_run<__half, HEAD_DIM>(*p, *m, s, warps_n);                                      \
     }
 
 #endif

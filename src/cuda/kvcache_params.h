@@ -58,8 +58,9 @@ typedef struct flashc_kvc_params {
     /* Hopper: the 8-warp kernel over 128-key steps, one CTA per SM
      * (flashc_hopper_kvc_wide_applies); the splits were counted for it */
     int wide;
-    /* Hopper: the tall tile for 17-32 rows per KV head (two row warps x
-     * four key warps, one CTA per SM: flashc_hopper_kvc_tall_takes) */
+    /* Hopper: 0, or the key of the tall tile for 17-32 rows per KV head
+     * (two row warps x four key warps, one CTA per SM:
+     * flashc_hopper_kvc_tall_takes) */
     int tall;
     float *o_partial;               /* [split][row][head_dim_v] */
     float *lse_partial;             /* [split][row] */
