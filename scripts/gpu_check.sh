@@ -34,14 +34,16 @@
 # and summary.txt, the table printed last. Two more steps, not in the
 # default list, for work on the KV cache alone:
 #   kvcache   test_cuda_kvcache on the default kernels (full), on the wide,
-#             the tall (64- and 128-key steps), the portable and the TMA ones (the last takes head dims that
-#             are not a multiple of 64 too) and under memcheck (quick), side by
-#             side, and pytest -k "cuda and (kvcache or paged)": kvcache.log
+#             the tall (64- and 128-key steps), the portable and the TMA
+#             ones (the last takes head dims that are not a multiple of 64
+#             too) and under memcheck (quick), side by side, and
+#             pytest -k "cuda and (kvcache or paged)": kvcache.log
 #   decode    the decode benchmarks: bench/kvcache_peers.py (flashc,
 #             cuDNN, SDPA flash, and FlashAttention-4 where importable:
 #             run `eval "$(bash .peers/b/fa4.sh stage-b)"` first, see
 #             ../shared/peers/fa4.sh) into decode_peers.tsv, the model
-#             shapes of bench/kvcache_models_peers.py into decode_models.tsv, then
+#             shapes of bench/kvcache_models_peers.py into
+#             decode_models.tsv, then
 #             kvcache_bench --shape for DECODE_ROWS (KV_HEADS,BATCH,CACHE
 #             ...; a default set) into decode_rows.md
 # e.g. GPU_STEPS="build kvcache decode" CUDA_ARCHS=90-real (about 3 minutes).

@@ -35,6 +35,14 @@ static int box_rows_of(const flashc_kvc_params *p) {
 
 static int max_head_dim(const flashc_kvc_params *p) { return p->head_dim > p->head_dim_v ? p->head_dim : p->head_dim_v; }
 
+/* The 128 kernel (head dims 65-128) is the only one with the wide and tall
+ * tiles. */
+static bool hdim128_kernel(const flashc_kvc_params *p) { return max_head_dim(p) > 64 && max_head_dim(p) <= 128; }
+
+/* Warps along the keys of the problem's decode tile: 4 for at most 16 rows
+ * per KV head, 2 for 17-32, 1 beyond (kvcache_config.h). */
+static int tile_warps_n(const flashc_kvc_params *p) { return flashc_kvc_warps_n((long long)p->seqlen_q * p->group); }
+
 /* Head dims above 128 run the 256 kernel, which has 64-key steps only in
  * the decode tile (at most 16 rows per KV head; kvcache_config.h's other
  * 256 tiles step 32 keys), and only where each of K's and V's four boxes
@@ -43,7 +51,7 @@ static int max_head_dim(const flashc_kvc_params *p) { return p->head_dim > p->he
 static bool tma_head_dim(const flashc_kvc_params *p) {
     if (max_head_dim(p) <= 128) return true;
     return p->head_dim > 192 && p->head_dim_v > 192 && p->head_dim <= 256 && p->head_dim_v <= 256 &&
-           flashc_kvc_warps_n((long long)p->seqlen_q * p->group) == 4;
+           tile_warps_n(p) == 4;
 }
 
 /* The problem's shape and layout suit the TMA kernel (whatever the device). */
@@ -64,7 +72,7 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
         !flashc_hopper_make_map(&m.v, p->v, is_bf16, p->head_dim_v, rows, p->nheads_k, (int)batches,
                                 p->v_row_stride, p->v_head_stride, p->v_batch_stride, box_rows))
         return cudaErrorNotSupported;
-    int warps_n = flashc_kvc_warps_n((long long)p->seqlen_q * p->group);
+    int warps_n = tile_warps_n(p);
     if (p->wide && warps_n == 4) warps_n = FLASHC_HOPPER_KVC_WIDE_WARPS;
     if (p->tall && warps_n == 2) warps_n = p->tall;
 #define FLASHC_HOPPER_KVC_TRY(HEAD_DIM) \
@@ -77,8 +85,7 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
 /* The TMA kernel takes the problem with a tile of at least min_warps_n
  * warps along the keys (4: at most 16 rows per KV head; 2: at most 32). */
 static int tma_tile_applies(const flashc_kvc_params *p, int device, int min_warps_n) {
-    return tma_takes(p) && flashc_kvc_warps_n((long long)p->seqlen_q * p->group) >= min_warps_n &&
-           flashc_hopper_device(device);
+    return tma_takes(p) && tile_warps_n(p) >= min_warps_n && flashc_hopper_device(device);
 }
 
 int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device) { return tma_tile_applies(p, device, 4); }
@@ -88,9 +95,7 @@ int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device) {
 }
 
 int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta) {
-    if (max_head_dim(p) <= 64 || max_head_dim(p) > 128 || box_rows_of(p) != 64 ||
-        !flashc_hopper_kvc_decode_applies(p, device))
-        return 0;
+    if (!hdim128_kernel(p) || box_rows_of(p) != 64 || !flashc_hopper_kvc_decode_applies(p, device)) return 0;
     return forced("wide") || keys_per_cta >= FLASHC_HOPPER_KVC_WIDE_MIN_KEYS;
 }
 
@@ -98,12 +103,13 @@ int flashc_hopper_kvc_wide_takes(const flashc_kvc_params *p, int device, long lo
     return (splits == 1 || forced("wide")) && flashc_hopper_kvc_wide_applies(p, device, (keys + splits - 1) / splits);
 }
 
-int flashc_hopper_kvc_tall_takes(const flashc_kvc_params *p, int device, int alone, long long keys_per_cta) {
+int flashc_hopper_kvc_tall_takes(const flashc_kvc_params *p, int device, int alone, long long keys, int splits) {
+    if (!(alone || forced("tall") || forced("tall128")) || !hdim128_kernel(p) || tile_warps_n(p) != 2 ||
+        !tma_tile_applies(p, device, 2))
+        return 0;
+    const long long keys_per_cta = (keys + splits - 1) / splits;
     const bool long_steps =
         forced("tall128") || (!forced("tall") && keys_per_cta >= FLASHC_HOPPER_KVC_TALL_LONG_MIN_KEYS);
-    if (!(alone || forced("tall") || forced("tall128")) || max_head_dim(p) <= 64 || max_head_dim(p) > 128 ||
-        flashc_kvc_warps_n((long long)p->seqlen_q * p->group) != 2 || !tma_tile_applies(p, device, 2))
-        return 0;
     return long_steps ? FLASHC_KVC_TALL_LONG : FLASHC_KVC_TALL;
 }
 

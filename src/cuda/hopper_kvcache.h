@@ -84,25 +84,26 @@ int flashc_hopper_kvc_decode_applies(const flashc_kvc_params *p, int device);
  * table reads per step, which a lone CTA does not hide; under this plan
  * they ran 1.31-1.35x the contiguous time on the H200 (1 x 128k: 163.3
  * against 125.0 us; 16 x 16k: 329.7 against 243.4), under two CTAs per SM
- * within 1.02x (bench/NOTES.md, "paged 16 alone"). */
+ * 1.03-1.04x on the H100 (bench/NOTES.md, "paged 16 alone"). */
 int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device);
 #define FLASHC_HOPPER_KVC_ALONE_MIN_KEYS 1024
 
 /* The tall tile's key (kvcache_config.h) where it runs this problem, else
  * 0: 17-32 rows per KV head at head dims 65-128, under the one-CTA-per-SM
  * plan (alone = 1; or whatever the plan with FLASHC_CUDA_KVCACHE=tall or
- * =tall128, for tests). Eight warps, two along
- * the rows and four along 64-key steps (kvcache_config.h's FLASHC_KVC_TALL
- * row), where the 2 x 2 tile has four: alone on its SM, a CTA of four
- * warps kept too few loads in flight. MQA 32 / 1, 128 x 8k unsplit: 179.3
- * against 183.4 us on the H100; 8 x 32k at 16 splits equal (53.5 / 53.0).
+ * =tall128, for tests), over `keys` keys in `splits` splits. Eight warps,
+ * two along the rows and four along 64-key steps (kvcache_config.h's
+ * FLASHC_KVC_TALL row), where the 2 x 2 tile has four: each warp does the
+ * 16-row tile's work per key instead of twice it. MQA 32 / 1, 128 x 8k
+ * unsplit: 179.3 against 183.4 us on the H100; 8 x 32k at 16 splits equal
+ * (53.5 / 53.0).
  * Where two CTAs share an SM it lost 1-1.3 % (256 x 4k; GQA 8 with 4
  * speculative tokens), so it runs only alone (bench/NOTES.md, "the tall
  * tile"). Where each CTA streams at least TALL_LONG_MIN_KEYS keys it steps
  * 128 keys, three stages (FLASHC_KVC_TALL_LONG): half the barriers per key;
  * MQA 128 x 8k 178.1 against 180.0 us, but 8 x 32k at 16 splits of 2048
  * keys 54.3 against 53.7 (a longer pipeline to fill), H100. */
-int flashc_hopper_kvc_tall_takes(const flashc_kvc_params *p, int device, int alone, long long keys_per_cta);
+int flashc_hopper_kvc_tall_takes(const flashc_kvc_params *p, int device, int alone, long long keys, int splits);
 #define FLASHC_HOPPER_KVC_TALL_LONG_MIN_KEYS 8192
 
 #endif

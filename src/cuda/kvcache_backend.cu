@@ -169,7 +169,7 @@ static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kv
     if (kp->num_splits >= 1) {
         plan.splits = kp->num_splits < FLASHC_KVC_MAX_SPLITS ? kp->num_splits : FLASHC_KVC_MAX_SPLITS;
         plan.wide = flashc_hopper_kvc_wide_takes(params, p->device_index, keys, plan.splits);
-        plan.tall = flashc_hopper_kvc_tall_takes(params, p->device_index, 0, (keys + plan.splits - 1) / plan.splits);
+        plan.tall = flashc_hopper_kvc_tall_takes(params, p->device_index, 0, keys, plan.splits);
         return plan;
     }
     const int sms = flashc_cuda_device_sms(p->device_index);
@@ -186,7 +186,7 @@ static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kv
     }
     int alone = 0;
     plan.splits = kvc_num_splits(kp, params, &alone);
-    plan.tall = flashc_hopper_kvc_tall_takes(params, p->device_index, alone, (keys + plan.splits - 1) / plan.splits);
+    plan.tall = flashc_hopper_kvc_tall_takes(params, p->device_index, alone, keys, plan.splits);
     return plan;
 }
 
