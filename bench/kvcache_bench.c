@@ -25,9 +25,16 @@
  * appended there ("hk,batch,cache,block_size[o],kernel cta start end sm
  * steps"; bench/kvcache_trace_summary.py sums them up).
  *
+ * --append times each layout three ways: as above; with one new token
+ * appended (k_new / v_new written at cache_seqlens = cache - 1, so the
+ * attention reads the same keys); and with rotary on q and the new k
+ * (rotary_dim = 128, half-split). It prints what the append and the
+ * rotary add per call against the bytes they write (the appended K / V
+ * rows, and q_rotated) at the copy bandwidth.
+ *
  * Usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse]
  *                      [--shape KV_HEADS,BATCH,CACHE] [--splits N] [--head-major]
- *                      [--layouts B,B,..]
+ *                      [--layouts B,B,..] [--append]
  * (a markdown table; --reverse runs each row's layouts last to first;
  * --head-major lays the contiguous caches out head by head, a probe of
  * whether the heads sharing a cache row's DRAM pages matters (it does not:
@@ -105,6 +112,7 @@ static double copy_bandwidth(cudaStream_t stream) {
 typedef struct bench_row {
     int nheads, nheads_k, batch, cache, block_size;
     int in_order; /* paged: block i of the table is block i of the cache */
+    int append;   /* 0: none; 1: one new token (k_new / v_new); 2: and rotary on q and k_new */
 } bench_row;
 
 /* The K / V caches of the current row, shared by its layouts: a 4-16 GiB
@@ -142,14 +150,25 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
     const int64_t blocks = (int64_t)b * max_blocks;
     const flashc_device dev = {FLASHC_DEVICE_CUDA, 0};
 
-    void *q, *out, *kc[16], *vc[16], *table = NULL, *seqlens;
+    void *q, *out, *kc[16], *vc[16], *table = NULL, *seqlens, *knew = NULL, *vnew = NULL, *cosine = NULL,
+                                                                  *sine = NULL;
     CHECK_CUDA(cudaMalloc(&q, (size_t)b * h * d * 2));
     CHECK_CUDA(cudaMalloc(&out, (size_t)b * h * d * 2));
     CHECK_CUDA(cudaMemsetAsync(q, 0x3C, (size_t)b * h * d * 2, stream));
+    if (r->append) { /* one token per sequence; rotary tables of cap positions */
+        CHECK_CUDA(cudaMalloc(&knew, (size_t)b * hk * d * 2));
+        CHECK_CUDA(cudaMalloc(&vnew, (size_t)b * hk * d * 2));
+        CHECK_CUDA(cudaMemsetAsync(knew, 0x3C, (size_t)b * hk * d * 2, stream));
+        CHECK_CUDA(cudaMemsetAsync(vnew, 0x3C, (size_t)b * hk * d * 2, stream));
+        CHECK_CUDA(cudaMalloc(&cosine, (size_t)cap * (d / 2) * 2));
+        CHECK_CUDA(cudaMalloc(&sine, (size_t)cap * (d / 2) * 2));
+        CHECK_CUDA(cudaMemsetAsync(cosine, 0x3C, (size_t)cap * (d / 2) * 2, stream));
+        CHECK_CUDA(cudaMemsetAsync(sine, 0x3C, (size_t)cap * (d / 2) * 2, stream));
+    }
     pool_resize(kv_elems * 2, copies, stream);
     for (int c = 0; c < copies; ++c) kc[c] = pool_k[c], vc[c] = pool_v[c];
     int32_t *host = malloc(sizeof(int32_t) * (size_t)(blocks > b ? blocks : b));
-    for (int i = 0; i < b; ++i) host[i] = cap;
+    for (int i = 0; i < b; ++i) host[i] = r->append ? cap - 1 : cap; /* the same keys either way */
     CHECK_CUDA(cudaMalloc(&seqlens, sizeof(int32_t) * (size_t)b));
     CHECK_CUDA(cudaMemcpy(seqlens, host, sizeof(int32_t) * (size_t)b, cudaMemcpyHostToDevice));
     if (bs) { /* every block once, in random order unless in_order */
@@ -167,11 +186,15 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
     free(host);
 
     int64_t qs[4] = {b, 1, h, d}, ks[4] = {bs ? blocks : b, bs ? bs : cap, hk, d}, ss[1] = {b},
-            ts[2] = {b, max_blocks};
+            ts[2] = {b, max_blocks}, ns[4] = {b, 1, hk, d}, rs[2] = {cap, d / 2};
     flashc_tensor tq = flashc_tensor_contiguous(q, FLASHC_DTYPE_BFLOAT16, dev, 4, qs);
     flashc_tensor to = flashc_tensor_contiguous(out, FLASHC_DTYPE_BFLOAT16, dev, 4, qs);
     flashc_tensor tseq = flashc_tensor_contiguous(seqlens, FLASHC_DTYPE_INT32, dev, 1, ss);
     flashc_tensor ttab = flashc_tensor_contiguous(table, FLASHC_DTYPE_INT32, dev, 2, ts);
+    flashc_tensor tkn = flashc_tensor_contiguous(knew, FLASHC_DTYPE_BFLOAT16, dev, 4, ns);
+    flashc_tensor tvn = flashc_tensor_contiguous(vnew, FLASHC_DTYPE_BFLOAT16, dev, 4, ns);
+    flashc_tensor tcos = flashc_tensor_contiguous(cosine, FLASHC_DTYPE_BFLOAT16, dev, 2, rs);
+    flashc_tensor tsin = flashc_tensor_contiguous(sine, FLASHC_DTYPE_BFLOAT16, dev, 2, rs);
     flashc_tensor tk[16], tv[16];
     flashc_kvcache_args args[16];
     size_t ws_bytes = 0;
@@ -188,6 +211,8 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
         a->q = &tq, a->k_cache = &tk[c], a->v_cache = &tv[c], a->out = &to;
         a->cache_seqlens = &tseq;
         if (bs) a->block_table = &ttab;
+        if (r->append) a->k_new = &tkn, a->v_new = &tvn;
+        if (r->append == 2) a->rotary_cos = &tcos, a->rotary_sin = &tsin;
         a->num_splits = bench_splits;
         a->options = flashc_attention_options_default();
         a->options.stream = stream;
@@ -198,8 +223,9 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
         a->workspace = ws, a->workspace_bytes = ws_bytes;
     }
     /* the split count behind the workspace size (partials of b * h rows
-     * of d + 1 floats per split, plus the library's alignment slack) */
-    *splits_out = ws_bytes ? (int)(ws_bytes / ((size_t)b * h * (d + 1) * 4)) : 1;
+     * of d + 1 floats per split, plus the library's alignment slack and,
+     * with rotary, q_rotated) */
+    *splits_out = ws_bytes >= (size_t)b * h * (d + 1) * 8 ? (int)(ws_bytes / ((size_t)b * h * (d + 1) * 4)) : 1;
 
     /* enough calls per graph for about 2 ms at 3.5 TB/s */
     int calls = (int)(7e9 / (double)kv_bytes) + 1;
@@ -249,6 +275,7 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaFree(q), cudaFree(out), cudaFree(seqlens), cudaFree(table), cudaFree(ws);
+    cudaFree(knew), cudaFree(vnew), cudaFree(cosine), cudaFree(sine);
     return median(ms, 5) * 1e3 / calls;
 }
 
@@ -261,7 +288,7 @@ static int layout_listed(const char *list, int layout) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, reverse = 0, only_hk = 0, only_batch = 0, only_cache = 0;
+    int quick = 0, reverse = 0, only_hk = 0, only_batch = 0, only_cache = 0, append = 0;
     double min_gib = 0.0, max_gib = 16.0;
     const char *layouts_arg = NULL;
     for (int i = 1; i < argc; ++i) {
@@ -283,9 +310,12 @@ int main(int argc, char **argv) {
             bench_splits = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--layouts") && i + 1 < argc) {
             layouts_arg = argv[++i];
+        } else if (!strcmp(argv[i], "--append")) {
+            append = 1;
         } else {
             fprintf(stderr, "usage: kvcache_bench [--quick] [--min-gib N] [--max-gib N] [--reverse] "
-                            "[--shape KV_HEADS,BATCH,CACHE] [--splits N] [--head-major] [--layouts B,B,..]\n");
+                            "[--shape KV_HEADS,BATCH,CACHE] [--splits N] [--head-major] [--layouts B,B,..] "
+                            "[--append]\n");
             return 2;
         }
     }
@@ -315,22 +345,37 @@ int main(int argc, char **argv) {
                 for (int lj = 0; lj < 5; ++lj) {
                     const int li = reverse ? 4 - lj : lj;
                     const int bs = layouts[li] < 0 ? -layouts[li] : layouts[li];
-                    bench_row r = {32, kv_heads[hi], batches[bi], caches[ci], bs, layouts[li] < 0};
+                    bench_row r = {32, kv_heads[hi], batches[bi], caches[ci], bs, layouts[li] < 0, 0};
                     const double bytes = 4.0 * r.batch * (double)r.cache * r.nheads_k * 128;
                     if (!only_hk && (bytes > max_gib * (1u << 30) || bytes < min_gib * (1u << 30))) continue;
                     if (quick && !(r.batch == 1 || r.batch * (double)r.cache >= 262144)) continue;
                     if (layouts_arg && !layout_listed(layouts_arg, layouts[li])) continue;
                     if (quick && r.block_size == 16 && r.batch != 1) continue;
-                    int splits = 1;
-                    const double us = run_row(&r, stream, &splits);
-                    const double gbs = bytes / (us * 1e-6) / 1e9;
-                    char layout[32];
-                    snprintf(layout, sizeof layout, r.block_size ? (r.in_order ? "paged %d in order" : "paged %d")
-                                                                 : "contiguous",
-                             r.block_size);
-                    printf("| %d/%d | %s | %d | %d | %lld | %d | %.1f | %.0f | %.3f |\n", r.nheads, r.nheads_k,
-                           layout, r.batch, r.cache, (long long)r.batch * r.cache, splits, us, gbs, gbs / copy);
-                    fflush(stdout);
+                    double us_of[3] = {0, 0, 0};
+                    for (r.append = 0; r.append <= (append ? 2 : 0); ++r.append) {
+                        int splits = 1;
+                        const double us = run_row(&r, stream, &splits);
+                        const double gbs = bytes / (us * 1e-6) / 1e9;
+                        char layout[48];
+                        const char *added = r.append == 2 ? " +append+rotary" : r.append ? " +append" : "";
+                        if (r.block_size)
+                            snprintf(layout, sizeof layout, "paged %d%s%s", r.block_size,
+                                     r.in_order ? " in order" : "", added);
+                        else
+                            snprintf(layout, sizeof layout, "contiguous%s", added);
+                        printf("| %d/%d | %s | %d | %d | %lld | %d | %.1f | %.0f | %.3f |\n", r.nheads, r.nheads_k,
+                               layout, r.batch, r.cache, (long long)r.batch * r.cache, splits, us, gbs, gbs / copy);
+                        fflush(stdout);
+                        us_of[r.append] = us;
+                    }
+                    if (append) { /* bytes moved, read + written: the new K / V rows; q and q_rotated */
+                        const double kv_new = 2.0 * 2.0 * r.batch * r.nheads_k * 128 * 2;
+                        const double q_rot = 2.0 * r.batch * r.nheads * 128 * 2;
+                        printf("# append adds %.2f us (its %.0f bytes at the copy bandwidth: %.3f us); rotary adds "
+                               "%.2f us more (%.0f bytes: %.3f us)\n",
+                               us_of[1] - us_of[0], kv_new, kv_new / (copy * 1e3), us_of[2] - us_of[1], q_rot,
+                               q_rot / (copy * 1e3));
+                    }
                 }
     cudaStreamDestroy(stream);
     return 0;

@@ -45,7 +45,8 @@
 #             shapes of bench/kvcache_models_peers.py into
 #             decode_models.tsv, then
 #             kvcache_bench --shape for DECODE_ROWS (KV_HEADS,BATCH,CACHE
-#             ...; a default set) into decode_rows.md
+#             ...; a default set) and --append for DECODE_APPEND_ROWS (what
+#             the append and rotary add) into decode_rows.md
 # e.g. GPU_STEPS="build kvcache decode" CUDA_ARCHS=90-real (about 3 minutes).
 #
 # Environment:
@@ -472,6 +473,9 @@ step_decode() {
     : > "$log"
     for row in ${DECODE_ROWS:-8,1,131072 8,4,32768 8,16,16384 8,64,4096 8,256,1024 32,1,131072 32,64,4096}; do
         timeout "$(budget 60)" "$B/kvcache_bench" --shape "$row" >> "$log" 2>&1 || status=1
+    done
+    for row in ${DECODE_APPEND_ROWS:-8,1,16384 8,32,8192 8,1,131072}; do
+        timeout "$(budget 60)" "$B/kvcache_bench" --shape "$row" --layouts 0,16 --append >> "$log" 2>&1 || status=1
     done
     { echo; echo "kvcache_models_peers.py's notes and errors:"; grep -v $'\t' "$SCRATCH/models.log"; } >> "$log"
     NOTE[decode]="$(grep -m1 '^# copy' "$SCRATCH/peers.log"); flashc / best $(awk -F'\t' 'NR > 1 {
