@@ -109,6 +109,15 @@ static double copy_bandwidth(cudaStream_t stream) {
     return 2.0 * (double)bytes / (median(ms, 7) * 1e-3) / 1e9;
 }
 
+/* `bytes` of device memory holding the memset pattern 0x3C (finite bf16
+ * values, all equal). */
+static void *device_filled(size_t bytes, cudaStream_t stream) {
+    void *p;
+    CHECK_CUDA(cudaMalloc(&p, bytes));
+    CHECK_CUDA(cudaMemsetAsync(p, 0x3C, bytes, stream));
+    return p;
+}
+
 typedef struct bench_row {
     int nheads, nheads_k, batch, cache, block_size;
     int in_order; /* paged: block i of the table is block i of the cache */
@@ -128,12 +137,7 @@ static int pool_copies;
 static void pool_resize(size_t bytes, int copies, cudaStream_t stream) {
     if (bytes == pool_bytes && copies == pool_copies) return;
     for (int c = 0; c < pool_copies; ++c) cudaFree(pool_k[c]), cudaFree(pool_v[c]);
-    for (int c = 0; c < copies; ++c) {
-        CHECK_CUDA(cudaMalloc(&pool_k[c], bytes));
-        CHECK_CUDA(cudaMalloc(&pool_v[c], bytes));
-        CHECK_CUDA(cudaMemsetAsync(pool_k[c], 0x3C, bytes, stream));
-        CHECK_CUDA(cudaMemsetAsync(pool_v[c], 0x3C, bytes, stream));
-    }
+    for (int c = 0; c < copies; ++c) pool_k[c] = device_filled(bytes, stream), pool_v[c] = device_filled(bytes, stream);
     pool_bytes = bytes, pool_copies = copies;
 }
 
@@ -150,20 +154,13 @@ static double run_row(const bench_row *r, cudaStream_t stream, int *splits_out) 
     const int64_t blocks = (int64_t)b * max_blocks;
     const flashc_device dev = {FLASHC_DEVICE_CUDA, 0};
 
-    void *q, *out, *kc[16], *vc[16], *table = NULL, *seqlens, *knew = NULL, *vnew = NULL, *cosine = NULL,
-                                                                  *sine = NULL;
-    CHECK_CUDA(cudaMalloc(&q, (size_t)b * h * d * 2));
+    void *out, *kc[16], *vc[16], *table = NULL, *seqlens, *knew = NULL, *vnew = NULL, *cosine = NULL, *sine = NULL;
+    void *q = device_filled((size_t)b * h * d * 2, stream);
     CHECK_CUDA(cudaMalloc(&out, (size_t)b * h * d * 2));
-    CHECK_CUDA(cudaMemsetAsync(q, 0x3C, (size_t)b * h * d * 2, stream));
     if (r->append) { /* one token per sequence; rotary tables of cap positions */
-        CHECK_CUDA(cudaMalloc(&knew, (size_t)b * hk * d * 2));
-        CHECK_CUDA(cudaMalloc(&vnew, (size_t)b * hk * d * 2));
-        CHECK_CUDA(cudaMemsetAsync(knew, 0x3C, (size_t)b * hk * d * 2, stream));
-        CHECK_CUDA(cudaMemsetAsync(vnew, 0x3C, (size_t)b * hk * d * 2, stream));
-        CHECK_CUDA(cudaMalloc(&cosine, (size_t)cap * (d / 2) * 2));
-        CHECK_CUDA(cudaMalloc(&sine, (size_t)cap * (d / 2) * 2));
-        CHECK_CUDA(cudaMemsetAsync(cosine, 0x3C, (size_t)cap * (d / 2) * 2, stream));
-        CHECK_CUDA(cudaMemsetAsync(sine, 0x3C, (size_t)cap * (d / 2) * 2, stream));
+        knew = device_filled((size_t)b * hk * d * 2, stream), vnew = device_filled((size_t)b * hk * d * 2, stream);
+        cosine = device_filled((size_t)cap * (d / 2) * 2, stream);
+        sine = device_filled((size_t)cap * (d / 2) * 2, stream);
     }
     pool_resize(kv_elems * 2, copies, stream);
     for (int c = 0; c < copies; ++c) kc[c] = pool_k[c], vc[c] = pool_v[c];
