@@ -85,14 +85,21 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
 
     /* The split combine (a programmatic dependent launch) may be scheduled
      * now: it waits for this grid's completion itself. This grid is one
-     * too: Q, the cache (the append) and the block table are read only
-     * past the wait for the kernel before it. */
+     * too. After an append (p.early_cache_reads), the kernel before this
+     * one is the append, which let this grid start only once everything
+     * before it had completed: the lengths, the block table and the cache
+     * rows the append does not write are final, so the key boxes of the
+     * steps before the appended rows are issued before the wait, hiding
+     * the append behind the pipeline's fill; Q (q_rotated), the appended
+     * rows and the outputs wait for it. Otherwise everything is read past
+     * the wait for the kernel before (the previous layer's). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    const bool early = p.early_cache_reads;
+    if (!early) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     const unsigned long long trace_start = flashc_kvc_trace_now();
 
     const flashc_kvc_work work = flashc_kvc_work_of(p, BLOCK_M, BLOCK_N);
-    if (work.rows <= 0) return; /* varlen: past this sequence's rows */
+    if (work.rows <= 0) return; /* varlen: past this sequence's rows (no append there) */
     const int b = work.b, head_k = work.head_k, split = work.split, m0 = work.m0, rows = work.rows;
     const int shift = work.shift, n_begin = work.n_begin, n_end = work.n_end;
     const flashc_kvc_seq &seq = work.seq;
@@ -179,16 +186,29 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
             for (int s = 0; s < STAGES; ++s) flashc_mbarrier_init(bars + 8u * (uint32_t)s, 1);
             flashc_mbarrier_init_fence();
         }
-        flashc_kvc_load_q<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
-        flashc_cp_async_commit();
+        if (!early) {
+            flashc_kvc_load_q<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
+            flashc_cp_async_commit();
+        }
         compute_coords(0);
         /* Prologue: steps 0 .. STAGES - 2 in flight, the coordinates of the
-         * next one ready. */
+         * next one ready. After an append, a step that holds appended keys
+         * (the last ones: from append_at on) is issued past the wait. */
+        const int first_new_key = p.new_rows > 0 ? seq.append_at - seq.k_start : seq.sk;
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             __syncthreads();
-            if (threadIdx.x == 0 && s < steps) issue(s, s);
+            if (threadIdx.x == 0 && s < steps) {
+                if (early && (order.block_of(s) + 1) * BLOCK_N > first_new_key)
+                    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+                issue(s, s);
+            }
             if (s + 1 < steps) compute_coords(s + 1);
+        }
+        if (early) {
+            asm volatile("griddepcontrol.wait;\n" ::: "memory");
+            flashc_kvc_load_q<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
+            flashc_cp_async_commit();
         }
         if (STAGES < steps && (int)threadIdx.x < pieces) pending = fetch_coords(STAGES);
         flashc_cp_async_wait<0>();
@@ -266,6 +286,8 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
                 }
         }
         __syncthreads(); /* every box landed and was read: the stages become the epilogue's buffers */
+    } else if (early) {
+        asm volatile("griddepcontrol.wait;\n" ::: "memory"); /* before the outputs */
     }
 
     flashc_kvc_epilogue<T, C>(p, seq, st, acc_o, reinterpret_cast<float *>(sStages), warp_m, warp_n, lane, m0, rows, b,

@@ -4,7 +4,16 @@
  * the lanes take element pairs. Rotary is computed as the CPU backend does
  * it (in double, rounded to float, then to the dtype), so both write the
  * same bits. Rows of invalid sequences, and rows whose block-table entry
- * names no block, are not written (kvcache_seq.cuh). */
+ * names no block, are not written (kvcache_seq.cuh).
+ *
+ * On sm_90+ it is a programmatic dependent of the kernel before it (its
+ * CTAs wait on the SMs while that one ends) and lets the attention grid
+ * start right after its own wait: from then on, everything the attention
+ * reads is final except what this kernel writes (the appended rows,
+ * q_rotated), so the attention fills its pipeline with the older cache
+ * rows while the append runs (params.early_cache_reads,
+ * hopper_kvcache_kernel.cuh). */
+#include "dependent_launch.cuh"
 #include "kvcache_launch.h"
 #include "kvcache_seq.cuh"
 #include "launch_grid.h"
@@ -46,6 +55,12 @@ template <typename T>
 __global__ void __launch_bounds__(FLASHC_KVC_APPEND_THREADS) flashc_kvc_append_kernel(const flashc_kvc_params p,
                                                                                        int64_t append_units,
                                                                                        int64_t units) {
+#if __CUDA_ARCH__ >= 900
+    /* every CTA waits before it triggers (or exits): the attention grid
+     * starts only after the kernels before this one have completed */
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
     const int64_t unit = ((int64_t)blockIdx.x * FLASHC_KVC_APPEND_THREADS + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
     if (unit >= units) return;
@@ -87,7 +102,8 @@ __global__ void __launch_bounds__(FLASHC_KVC_APPEND_THREADS) flashc_kvc_append_k
     flashc_kvc_rotate_row(p, q, q_rot, p.head_dim, pos, p.rotary_dim, lane);
 }
 
-cudaError_t flashc_kvc_append(const flashc_kvc_params *p, void *stream, int is_bf16) {
+cudaError_t flashc_kvc_append(const flashc_kvc_params *p, void *stream, int is_bf16, int *launched) {
+    *launched = 0;
     const int64_t append_units = p->k_new ? (int64_t)p->batch * p->new_rows * p->nheads_k : 0;
     const int64_t q_units = p->rotary_dim ? (int64_t)p->batch * p->seqlen_q * p->nheads : 0;
     const int64_t units = append_units + q_units;
@@ -96,10 +112,11 @@ cudaError_t flashc_kvc_append(const flashc_kvc_params *p, void *stream, int is_b
     unsigned grid;
     cudaError_t err = flashc_flat_grid((units + warps_per_cta - 1) / warps_per_cta, 1, 1, &grid);
     if (err != cudaSuccess) return err;
+    *launched = 1;
     cudaStream_t s = (cudaStream_t)stream;
     if (is_bf16)
-        flashc_kvc_append_kernel<__nv_bfloat16><<<grid, FLASHC_KVC_APPEND_THREADS, 0, s>>>(*p, append_units, units);
-    else
-        flashc_kvc_append_kernel<__half><<<grid, FLASHC_KVC_APPEND_THREADS, 0, s>>>(*p, append_units, units);
-    return cudaGetLastError();
+        return flashc_launch_dependent(flashc_kvc_append_kernel<__nv_bfloat16>, dim3(grid),
+                                       dim3(FLASHC_KVC_APPEND_THREADS), 0, s, true, *p, append_units, units);
+    return flashc_launch_dependent(flashc_kvc_append_kernel<__half>, dim3(grid), dim3(FLASHC_KVC_APPEND_THREADS), 0,
+                                   s, true, *p, append_units, units);
 }

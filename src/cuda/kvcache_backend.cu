@@ -4,6 +4,7 @@
  * the launches (append, attention, combine) on the caller's stream. Nothing
  * here reads device memory or synchronises, so a call can be captured in
  * a CUDA graph. */
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime.h>
@@ -210,12 +211,24 @@ typedef struct kvc_call {
     void *stream;
 } kvc_call;
 
+/* FLASHC_CUDA_KVCACHE_APPEND=serial: the attention reads nothing before
+ * the append has completed (A/B runs, tests of that path). */
+static bool kvc_append_serial(void) {
+    const char *mode = getenv("FLASHC_CUDA_KVCACHE_APPEND");
+    return mode && strcmp(mode, "serial") == 0;
+}
+
 static cudaError_t kvc_body(const void *arg) {
     const kvc_call *c = (const kvc_call *)arg;
+    flashc_kvc_params k = c->k;
     cudaError_t err = cudaSuccess;
-    if (c->append) err = flashc_kvc_append(&c->k, c->stream, c->is_bf16);
-    if (err == cudaSuccess) err = flashc_kvc_attention(&c->k, c->stream, c->is_bf16);
-    if (err == cudaSuccess && c->combine) err = flashc_kvc_combine(&c->k, c->stream, c->is_bf16);
+    int appended = 0;
+    if (c->append) err = flashc_kvc_append(&k, c->stream, c->is_bf16, &appended);
+    /* the Hopper kernel reads the cache rows the append leaves alone early
+     * only right behind the append kernel (kvcache_append.cu) */
+    k.early_cache_reads = appended && !kvc_append_serial();
+    if (err == cudaSuccess) err = flashc_kvc_attention(&k, c->stream, c->is_bf16);
+    if (err == cudaSuccess && c->combine) err = flashc_kvc_combine(&k, c->stream, c->is_bf16);
     return err;
 }
 

@@ -30,8 +30,8 @@ flashc_kvc_tile flashc_kvc_tile_of(int head_dim, int head_dim_v, long long rows_
 cudaError_t flashc_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16);
 
 /* k_new / v_new into the cache (k_new rotated) and q rotated into
- * q_rotated, as the params ask. */
-cudaError_t flashc_kvc_append(const flashc_kvc_params *p, void *stream, int is_bf16);
+ * q_rotated, as the params ask; *launched 1 where that took a kernel. */
+cudaError_t flashc_kvc_append(const flashc_kvc_params *p, void *stream, int is_bf16, int *launched);
 
 /* out and LSE from the num_splits partials. */
 cudaError_t flashc_kvc_combine(const flashc_kvc_params *p, void *stream, int is_bf16);

@@ -62,6 +62,10 @@ typedef struct flashc_kvc_params {
      * (two row warps x four key warps, one CTA per SM:
      * flashc_hopper_kvc_tall_takes) */
     int tall;
+    /* Hopper: the append kernel runs just before and lets this grid start
+     * once the kernels before it have completed (kvcache_append.cu), so
+     * cache rows it does not write may be read before griddepcontrol.wait */
+    int early_cache_reads;
     float *o_partial;               /* [split][row][head_dim_v] */
     float *lse_partial;             /* [split][row] */
     int64_t partial_rows;           /* batch * seqlen_q * nheads */
