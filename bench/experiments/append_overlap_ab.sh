@@ -5,7 +5,7 @@
 # 1. build with tests; gpu_check's kvcache step: test_cuda_kvcache in full on the default kernels (now with the
 #    early reads wherever an append runs on Hopper), quick under each forced kernel and with
 #    FLASHC_CUDA_KVCACHE_APPEND=serial (the old order), under memcheck, and pytest kvcache / paged;
-# 2. kvcache_bench --append (plain, +append, +append+rotary) with the early reads and serial, four rounds in
+# 2. kvcache_bench --append (plain, +append, +append+rotary) with the early reads and serial, two rounds of each in
 #    turned order, on a short call (1 x 16384), a full wave (32 x 8192) and MQA 128 x 8192.
 set -uo pipefail
 ROOT=$PWD; R=$OUT/append_overlap_ab.txt
