@@ -8,10 +8,11 @@
  * cache must be byte-identical to the CPU backend's (the append lands at
  * cache_seqlens, rotary gives the same bits, nothing else is written), out
  * and LSE must be close to the CPU's (and finite: no NaN leaks in), for
- * every split count tried, and a CUDA graph of the call must replay to the
- * same results. Index tensors with out-of-range entries (not checked on
- * the host for CUDA tensors) must not make the kernels touch memory
- * outside the tensors: compute-sanitizer runs this program in
+ * every split count tried; a CUDA graph of the call must replay to the
+ * same results; consecutive decode steps on one stream must equal the CPU
+ * running them in order. Index tensors with out-of-range entries (not
+ * checked on the host for CUDA tensors) must not make the kernels touch
+ * memory outside the tensors: compute-sanitizer runs this program in
  * scripts/gpu_check.sh.
  *
  * Where no GPU is usable (CI), every test is skipped. */
@@ -620,6 +621,113 @@ static void long_decodes(void **state) {
     printf("cuda kvcache long decodes: identical calls give identical bytes\n");
 }
 
+/* Step t's arguments in a decode_steps run: k_new / v_new row t of the
+ * (b, STEPS, hk, .) buffers, cache_seqlens + t, out and LSE of step t. */
+static void step_args(kv_call *t, kv_case *kc, int on_gpu, int step, int steps, buf *seqlens, buf *out,
+                      buf *lse) {
+    const kv_config *c = &kc->cfg;
+    const size_t kn_row = (size_t)c->hk * c->d * 2, vn_row = (size_t)c->hk * c->dv * 2;
+    unsigned char *kn = on_gpu ? (unsigned char *)kc->k_new.dev : kc->k_new.host;
+    unsigned char *vn = on_gpu ? (unsigned char *)kc->v_new.dev : kc->v_new.host;
+    t->kn.data = kn + step * kn_row, t->kn.stride[0] = (int64_t)steps * c->hk * c->d;
+    t->vn.data = vn + step * vn_row, t->vn.stride[0] = (int64_t)steps * c->hk * c->dv;
+    const size_t seq_bytes = (size_t)c->b * 4, out_bytes = (size_t)c->b * c->sq * c->h * c->dv * 2,
+                 lse_bytes = (size_t)c->b * c->h * c->sq * 4;
+    t->seqlens.data = (on_gpu ? (unsigned char *)seqlens->dev : seqlens->host) + step * seq_bytes;
+    t->out.data = (on_gpu ? (unsigned char *)out->dev : out->host) + step * out_bytes;
+    t->lse.data = (on_gpu ? (unsigned char *)lse->dev : lse->host) + step * lse_bytes;
+}
+
+/* Consecutive decode steps on one stream with nothing between them and one
+ * workspace: each step appends a token that the next reads as an older
+ * cache row. On Hopper a step's attention reads its older rows while its
+ * append still runs, and the previous step's combine may still read the
+ * partials; every step's out and LSE, and the cache after the last step,
+ * must equal the CPU's, which runs the same steps in order. */
+static void decode_steps(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    enum { STEPS = 6 };
+    static const int runs[][3] = {/* block size, num_splits, rotary_dim */ {0, 0, 128}, {16, 3, 64}, {64, 1, 0},
+                                  {0, 7, 0}};
+    int failed = 0;
+    for (int r = 0; r < 4; ++r) {
+        kv_config cfg = base_config(r % 2 ? FP16 : BF16, 3, 8, 2, 128, 1, STEPS, 1200);
+        cfg.block_size = runs[r][0], cfg.rotary_dim = runs[r][2];
+        kv_case kc;
+        case_init(&kc, &cfg, test_seed("decode steps", (uint64_t)r)); /* seqlens random in [0, capacity - STEPS] */
+        kc.cfg.s_new = 1;                                             /* each step appends one of the STEPS rows */
+        const kv_config *c = &kc.cfg;
+        buf seqlens, out, lse;
+        buf_init(&seqlens, (size_t)STEPS * c->b * 4);
+        buf_init(&out, (size_t)STEPS * c->b * c->sq * c->h * c->dv * 2);
+        buf_init(&lse, (size_t)STEPS * c->b * c->h * c->sq * 4);
+        for (int step = 0; step < STEPS; ++step)
+            for (int i = 0; i < c->b; ++i) {
+                const int32_t len = kc.seqlens_h[i] + step;
+                memcpy(seqlens.host + 4 * ((size_t)step * c->b + i), &len, 4);
+            }
+        buf_upload(&seqlens);
+        buf_poison_dev(&out);
+        buf_poison_dev(&lse);
+
+        /* the GPU's steps first (the CPU's change the host cache) */
+        cudaStream_t stream;
+        assert_true(cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
+        kv_call t;
+        call_init(&t, &kc, 1, runs[r][1], stream);
+        size_t bytes = 0;
+        assert_int_equal(flashc_attention_kvcache_workspace_size(&t.args, &bytes), FLASHC_SUCCESS);
+        void *ws = NULL;
+        if (bytes) {
+            assert_true(cuda_ok(cudaMalloc(&ws, bytes), "cudaMalloc workspace"));
+            poison_dev(ws, bytes);
+        }
+        for (int step = 0; step < STEPS; ++step) {
+            call_init(&t, &kc, 1, runs[r][1], stream);
+            step_args(&t, &kc, 1, step, STEPS, &seqlens, &out, &lse);
+            t.args.workspace = ws, t.args.workspace_bytes = bytes;
+            assert_int_equal(flashc_attention_kvcache(&t.args), FLASHC_SUCCESS);
+        }
+        assert_true(cuda_ok(cudaStreamSynchronize(stream), "decode steps"));
+        for (int step = 0; step < STEPS; ++step) {
+            kv_call cpu;
+            call_init(&cpu, &kc, 0, 1, NULL);
+            step_args(&cpu, &kc, 0, step, STEPS, &seqlens, &out, &lse);
+            assert_int_equal(flashc_attention_kvcache(&cpu.args), FLASHC_SUCCESS);
+        }
+        char desc[256], what[320];
+        describe(c, desc, sizeof desc);
+        unsigned char *out_gpu = buf_fetch(&out), *lse_gpu = buf_fetch(&lse);
+        const size_t out_bytes = kc.out.bytes, lse_bytes = kc.lse.bytes;
+        int bad = 0;
+        for (int step = 0; step < STEPS; ++step) { /* compare_outputs reads the CPU's from kc.out / kc.lse */
+            memcpy(kc.out.host, out.host + step * out_bytes, out_bytes);
+            memcpy(kc.lse.host, lse.host + step * lse_bytes, lse_bytes);
+            snprintf(what, sizeof what, "[%s] num_splits %d, step %d", desc, runs[r][1], step);
+            bad += compare_outputs(&kc, out_gpu + step * out_bytes, lse_gpu + step * lse_bytes, what) != 0;
+        }
+        const buf *caches[2] = {&kc.k_cache, &kc.v_cache};
+        for (int i = 0; i < 2; ++i) {
+            unsigned char *cache = buf_fetch(caches[i]);
+            if (memcmp(cache, caches[i]->host, caches[i]->bytes) != 0) {
+                fprintf(stderr, "  [%s]: %s after %d steps differs from the CPU's\n", desc, i ? "v_cache" : "k_cache",
+                        STEPS);
+                ++bad;
+            }
+            free(cache);
+        }
+        failed += bad != 0;
+        free(out_gpu), free(lse_gpu);
+        if (ws) cudaFree(ws);
+        cudaStreamDestroy(stream);
+        buf_free(&seqlens), buf_free(&out), buf_free(&lse);
+        case_free(&kc);
+    }
+    printf("cuda kvcache decode steps: %d/4 runs of %d steps on one stream passed\n", 4 - failed, STEPS);
+    if (failed) fail_msg("decode steps: %d of 4 runs failed (details above)", failed);
+}
+
 /* A CUDA graph of the call (append, attention, split combine) replays to
  * the same results as the direct call. */
 static void graph_capture(void **state) {
@@ -837,6 +945,7 @@ int main(void) {
         cmocka_unit_test(rotary),
         cmocka_unit_test(masks),
         cmocka_unit_test(long_decodes),
+        cmocka_unit_test(decode_steps),
         cmocka_unit_test(graph_capture),
         cmocka_unit_test(bad_indices),
         cmocka_unit_test(varlen_paged_forward),
