@@ -515,6 +515,11 @@ static void append_and_decode(void **state) {
        speculative tokens of a group of 8 (24 rows, causal) */
     c[n++] = base_config(BF16, 3, 32, 1, 128, 1, 1, 700);
     c[n] = base_config(FP16, 2, 16, 2, 128, 3, 3, 300), c[n++].causal = 1;
+    /* more new rows than query rows under a window: the first appended rows
+       are seen by no query, and still land in the cache */
+    c[n] = base_config(BF16, 2, 8, 2, 128, 1, 5, 300), c[n].window_left = 2, c[n++].window_right = 0;
+    c[n] = base_config(FP16, 3, 16, 2, 128, 2, 6, 500), c[n].causal = 1, c[n].window_left = 1;
+    c[n].rotary_dim = 64, c[n++].block_size = 16;
     run_cases("append and decode", c, n);
 }
 

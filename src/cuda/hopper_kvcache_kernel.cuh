@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
      * the wait for the kernel before (the previous layer's). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const bool early = p.early_cache_reads;
+    const bool fused = p.fused_append, rotate_q = fused && p.rotary_dim > 0;
     if (!early) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     const unsigned long long trace_start = flashc_kvc_trace_now();
 
@@ -177,6 +178,22 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
         }
     };
 
+    /* Keys from first_new_key on are the appended rows. Under fused_append
+     * the CTA writes those its steps read (and the CTA of m-block 0 and
+     * split 0 all of them: rows no query sees are still the cache's), then
+     * orders them before the boxes that read them: each thread's proxy
+     * fence, then the barrier that precedes every issue. Other CTAs of the
+     * head may write the same rows, with the same bits. */
+    const int first_new_key = p.new_rows > 0 ? seq.append_at - seq.k_start : seq.sk;
+    auto write_appended = [&]() {
+        const bool all = m0 == 0 && split == 0;
+        const int lo = all ? first_new_key : max(first_new_key, n_begin * BLOCK_N);
+        const int hi = all ? seq.sk : min(seq.sk, n_end * BLOCK_N);
+        for (int key = lo + warp; key < hi; key += THREADS / 32)
+            flashc_kvc_append_row<T>(p, b, seq, head_k, key - first_new_key, lane);
+        flashc_fence_proxy_async_global();
+    };
+
     float acc_o[1][OUT_ATOMS][4];
     flashc_softmax_state<1> st;
     flashc_softmax_start(acc_o, st);
@@ -186,15 +203,24 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
             for (int s = 0; s < STAGES; ++s) flashc_mbarrier_init(bars + 8u * (uint32_t)s, 1);
             flashc_mbarrier_init_fence();
         }
-        if (!early) {
+        if (!early && !rotate_q) {
             flashc_kvc_load_q<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
             flashc_cp_async_commit();
         }
         compute_coords(0);
+        /* fused_append: the appended rows go in before the prologue only
+         * where one of its steps reads them, else after it (hidden behind
+         * its boxes) */
+        bool written = false;
+        if (fused) {
+#pragma unroll
+            for (int s = 0; s < STAGES - 1; ++s)
+                written |= s < steps && (order.block_of(s) + 1) * BLOCK_N > first_new_key;
+            if (written) write_appended();
+        }
         /* Prologue: steps 0 .. STAGES - 2 in flight, the coordinates of the
-         * next one ready. After an append, a step that holds appended keys
-         * (the last ones: from append_at on) is issued past the wait. */
-        const int first_new_key = p.new_rows > 0 ? seq.append_at - seq.k_start : seq.sk;
+         * next one ready. After an append kernel, a step that holds appended
+         * keys is issued past the wait. */
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             __syncthreads();
@@ -210,6 +236,8 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
             flashc_kvc_load_q<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
             flashc_cp_async_commit();
         }
+        if (rotate_q) flashc_kvc_load_q_rotated<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
+        if (fused && !written) write_appended(); /* the main loop's barriers precede the later issues */
         if (STAGES < steps && (int)threadIdx.x < pieces) pending = fetch_coords(STAGES);
         flashc_cp_async_wait<0>();
         __syncthreads(); /* Q visible to all */
@@ -288,6 +316,8 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
         __syncthreads(); /* every box landed and was read: the stages become the epilogue's buffers */
     } else if (early) {
         asm volatile("griddepcontrol.wait;\n" ::: "memory"); /* before the outputs */
+    } else if (fused) {
+        write_appended(); /* nothing to read here; the CTA of m-block 0 and split 0 still writes */
     }
 
     flashc_kvc_epilogue<T, C>(p, seq, st, acc_o, reinterpret_cast<float *>(sStages), warp_m, warp_n, lane, m0, rows, b,

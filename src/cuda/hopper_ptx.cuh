@@ -64,6 +64,12 @@ static __device__ __forceinline__ void flashc_fence_proxy_async(void) {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* This thread's global stores ordered before later TMA loads (the async
+ * proxy) of the same memory. */
+static __device__ __forceinline__ void flashc_fence_proxy_async_global(void) {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 /* Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads. */
 static __device__ __forceinline__ void flashc_named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

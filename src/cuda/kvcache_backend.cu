@@ -111,8 +111,12 @@ static int kvc_split_heuristic(long long ctas, long long slots, long long key_bl
     return 1;
 }
 
-/* Keys a sequence may have: the capacity and the appended rows. */
-static long long kvc_keys(const flashc_problem *p) { return p->kv.capacity + p->kv.new_rows; }
+/* Keys a sequence may have: the capacity, which holds the appended rows
+ * too (a sequence with cache_seqlens + seqlen_new past it is invalid and
+ * skipped). Counting the new rows on top added a key block whenever the
+ * capacity was a multiple of the block: 33 splits instead of 32 on
+ * 1 x 16384 paged 16 with one new token (bench/NOTES.md). */
+static long long kvc_keys(const flashc_problem *p) { return p->kv.capacity; }
 
 /* The heuristic's split count for the portable tile (which the Hopper
  * kernel shares), or on Hopper, for tiles of up to 32 rows, the count for
@@ -211,23 +215,47 @@ typedef struct kvc_call {
     void *stream;
 } kvc_call;
 
-/* FLASHC_CUDA_KVCACHE_APPEND=serial: the attention reads nothing before
- * the append has completed (A/B runs, tests of that path). */
-static bool kvc_append_serial(void) {
+/* How a call with an append (k_new, rotary) runs on Hopper:
+ *   fused (default)  no append kernel: the Hopper kernel's CTAs write the
+ *                    rows and rotate Q themselves (params.fused_append);
+ *   kernel           the append kernel, then the attention reading the
+ *                    rows it leaves alone before it waits for it
+ *                    (params.early_cache_reads);
+ *   serial           the append kernel, then the attention reading nothing
+ *                    before it has completed.
+ * FLASHC_CUDA_KVCACHE_APPEND names one (tests, A/B runs). The portable
+ * kernel always runs behind the append kernel. */
+typedef enum { KVC_APPEND_FUSED, KVC_APPEND_KERNEL, KVC_APPEND_SERIAL } kvc_append_mode;
+
+static kvc_append_mode kvc_append_mode_of(void) {
     const char *mode = getenv("FLASHC_CUDA_KVCACHE_APPEND");
-    return mode && strcmp(mode, "serial") == 0;
+    if (mode && strcmp(mode, "serial") == 0) return KVC_APPEND_SERIAL;
+    if (mode && strcmp(mode, "kernel") == 0) return KVC_APPEND_KERNEL;
+    return KVC_APPEND_FUSED;
 }
 
 static cudaError_t kvc_body(const void *arg) {
     const kvc_call *c = (const kvc_call *)arg;
     flashc_kvc_params k = c->k;
     cudaError_t err = cudaSuccess;
-    int appended = 0;
-    if (c->append) err = flashc_kvc_append(&k, c->stream, c->is_bf16, &appended);
-    /* the Hopper kernel reads the cache rows the append leaves alone early
-     * only right behind the append kernel (kvcache_append.cu) */
-    k.early_cache_reads = appended && !kvc_append_serial();
-    if (err == cudaSuccess) err = flashc_kvc_attention(&k, c->stream, c->is_bf16);
+    const kvc_append_mode mode = kvc_append_mode_of();
+    /* fused: every (sequence, KV head) has a CTA of m-block 0 and split 0
+     * to write its rows only where there are query rows */
+    bool attended = false;
+    if (c->append && mode == KVC_APPEND_FUSED && k.batch > 0 && k.seqlen_q > 0) {
+        k.fused_append = 1;
+        err = flashc_hopper_kvc_attention(&k, c->stream, c->is_bf16);
+        attended = err != cudaErrorNotSupported; /* else nothing was launched */
+        if (!attended) err = cudaSuccess, k.fused_append = 0;
+    }
+    if (!attended) {
+        int appended = 0;
+        if (c->append) err = flashc_kvc_append(&k, c->stream, c->is_bf16, &appended);
+        /* the Hopper kernel reads the cache rows the append leaves alone early
+         * only right behind the append kernel (kvcache_append.cu) */
+        k.early_cache_reads = appended && mode != KVC_APPEND_SERIAL;
+        if (err == cudaSuccess) err = flashc_kvc_attention(&k, c->stream, c->is_bf16);
+    }
     if (err == cudaSuccess && c->combine) err = flashc_kvc_combine(&k, c->stream, c->is_bf16);
     return err;
 }

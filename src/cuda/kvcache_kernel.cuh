@@ -32,6 +32,7 @@
 #include "../core/semantics.h"
 #include "fwd_kernel.cuh"
 #include "fwd_softmax.cuh"
+#include "kvcache_append_rows.cuh"
 #include "kvcache_config.h"
 #include "kvcache_params.h"
 #include "kvcache_seq.cuh"
@@ -158,6 +159,25 @@ static __device__ __forceinline__ void flashc_kvc_load_q(const flashc_kvc_params
         const T *src = q + (seq.q_start + m / p.group) * p.q_row_stride +
                        (head_k * p.group + m % p.group) * p.q_head_stride + chunk * 8;
         flashc_cp_async16(flashc_smem_addr(sQ + tr * SD + chunk * 8), ok ? src : q, ok);
+    }
+}
+
+/* The tile's Q rows rotated from the caller's q into sQ (the Hopper
+ * kernel under fused_append), one warp per row; rows past the block and
+ * columns past d zeroed. Plain stores: the caller's barrier publishes them. */
+template <typename T, int HEAD_DIM, int BLOCK_M, int THREADS>
+static __device__ __forceinline__ void flashc_kvc_load_q_rotated(const flashc_kvc_params &p,
+                                                                 const flashc_kvc_seq &seq, int b, int head_k,
+                                                                 int m0, int rows, T *sQ) {
+    constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM);
+    const int lane = threadIdx.x % 32;
+    for (int tr = threadIdx.x / 32; tr < BLOCK_M; tr += THREADS / 32) {
+        T *dst = sQ + tr * SD;
+        const int from = tr < rows ? p.head_dim : 0; /* the columns left to zero */
+        for (int c = from + lane; c < HEAD_DIM; c += 32) dst[c] = T(0.0f);
+        if (tr >= rows) continue;
+        const int m = m0 + tr;
+        flashc_kvc_rotate_q_row<T>(p, seq, b, head_k * p.group + m % p.group, m / p.group, dst, lane);
     }
 }
 

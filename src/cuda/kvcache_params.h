@@ -66,6 +66,10 @@ typedef struct flashc_kvc_params {
      * once the kernels before it have completed (kvcache_append.cu), so
      * cache rows it does not write may be read before griddepcontrol.wait */
     int early_cache_reads;
+    /* Hopper: no append kernel ran; the CTAs write the k_new / v_new rows
+     * into the cache themselves before they read them, and rotate their Q
+     * rows from q_in (hopper_kvcache_kernel.cuh) */
+    int fused_append;
     float *o_partial;               /* [split][row][head_dim_v] */
     float *lse_partial;             /* [split][row] */
     int64_t partial_rows;           /* batch * seqlen_q * nheads */
