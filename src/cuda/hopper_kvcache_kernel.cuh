@@ -179,19 +179,21 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
     };
 
     /* Keys from first_new_key on are the appended rows. Under fused_append
-     * the CTA writes those its steps read (and the CTA of m-block 0 and
-     * split 0 all of them: rows no query sees are still the cache's), then
-     * orders them before the boxes that read them: each thread's proxy
-     * fence, then the barrier that precedes every issue. Other CTAs of the
-     * head may write the same rows, with the same bits. */
+     * the CTA writes those its steps read, then orders them before the
+     * boxes that read them: each thread's proxy fence, then the barrier
+     * that precedes every issue. Other CTAs of the head (other m-blocks)
+     * may write the same rows, with the same bits. Every appended row is
+     * some query's own key, seen by it, as long as the new rows are no
+     * more than the query rows; beyond that the first ones may be seen by
+     * none, and the CTA of m-block 0 and split 0 writes them all. */
     const int first_new_key = p.new_rows > 0 ? seq.append_at - seq.k_start : seq.sk;
     auto write_appended = [&]() {
-        const bool all = m0 == 0 && split == 0;
+        const bool all = p.new_rows > p.seqlen_q && m0 == 0 && split == 0;
         const int lo = all ? first_new_key : max(first_new_key, n_begin * BLOCK_N);
         const int hi = all ? seq.sk : min(seq.sk, n_end * BLOCK_N);
         for (int key = lo + warp; key < hi; key += THREADS / 32)
-            flashc_kvc_append_row<T>(p, b, seq, head_k, key - first_new_key, lane);
-        flashc_fence_proxy_async_global();
+            flashc_kvc_append_row<T, HEAD_DIM>(p, b, seq, head_k, key - first_new_key, lane);
+        if (hi > lo) flashc_fence_proxy_async_global();
     };
 
     float acc_o[1][OUT_ATOMS][4];

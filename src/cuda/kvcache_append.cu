@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(FLASHC_KVC_APPEND_THREADS) flashc_kvc_append_k
         const int head_k = (int)(unit % p.nheads_k);
         const int r = (int)(unit / p.nheads_k % p.new_rows);
         const int b = (int)(unit / p.nheads_k / p.new_rows);
-        flashc_kvc_append_row<T>(p, b, flashc_kvc_sequence(p, b), head_k, r, lane);
+        flashc_kvc_append_row<T, 256>(p, b, flashc_kvc_sequence(p, b), head_k, r, lane);
         return;
     }
     /* q row r of (b, head), rotated into q_rotated */
@@ -46,7 +46,9 @@ __global__ void __launch_bounds__(FLASHC_KVC_APPEND_THREADS) flashc_kvc_append_k
     const int r = (int)(u / p.nheads % p.seqlen_q);
     const int b = (int)(u / p.nheads / p.seqlen_q);
     T *q_rot = reinterpret_cast<T *>(p.q_rotated) + (((int64_t)b * p.seqlen_q + r) * p.nheads + head) * p.head_dim;
-    flashc_kvc_rotate_q_row<T>(p, flashc_kvc_sequence(p, b), b, head, r, q_rot, lane);
+    flashc_kvc_row_pairs<T, FLASHC_KVC_ROW_ITERS(256)> pairs;
+    flashc_kvc_load_q_row(p, flashc_kvc_sequence(p, b), b, head, r, pairs, lane);
+    pairs.store(q_rot, lane);
 }
 
 cudaError_t flashc_kvc_append(const flashc_kvc_params *p, void *stream, int is_bf16, int *launched) {

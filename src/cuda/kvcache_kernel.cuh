@@ -163,21 +163,31 @@ static __device__ __forceinline__ void flashc_kvc_load_q(const flashc_kvc_params
 }
 
 /* The tile's Q rows rotated from the caller's q into sQ (the Hopper
- * kernel under fused_append), one warp per row; rows past the block and
- * columns past d zeroed. Plain stores: the caller's barrier publishes them. */
+ * kernel under fused_append), one warp per row, Q_BATCH rows of a warp
+ * loaded before any is stored (one memory latency per batch, not per
+ * row); rows past the block and columns past d zeroed. Plain stores: the
+ * caller's barrier publishes them. */
 template <typename T, int HEAD_DIM, int BLOCK_M, int THREADS>
 static __device__ __forceinline__ void flashc_kvc_load_q_rotated(const flashc_kvc_params &p,
                                                                  const flashc_kvc_seq &seq, int b, int head_k,
                                                                  int m0, int rows, T *sQ) {
-    constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM);
-    const int lane = threadIdx.x % 32;
-    for (int tr = threadIdx.x / 32; tr < BLOCK_M; tr += THREADS / 32) {
-        T *dst = sQ + tr * SD;
-        const int from = tr < rows ? p.head_dim : 0; /* the columns left to zero */
-        for (int c = from + lane; c < HEAD_DIM; c += 32) dst[c] = T(0.0f);
-        if (tr >= rows) continue;
-        const int m = m0 + tr;
-        flashc_kvc_rotate_q_row<T>(p, seq, b, head_k * p.group + m % p.group, m / p.group, dst, lane);
+    constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM), WARPS = THREADS / 32, Q_BATCH = 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int first = warp; first < BLOCK_M; first += WARPS * Q_BATCH) {
+        flashc_kvc_row_pairs<T, FLASHC_KVC_ROW_ITERS(HEAD_DIM)> pairs[Q_BATCH];
+#pragma unroll
+        for (int j = 0; j < Q_BATCH; ++j) {
+            const int tr = first + j * WARPS, m = m0 + tr;
+            if (tr < rows) flashc_kvc_load_q_row(p, seq, b, head_k * p.group + m % p.group, m / p.group, pairs[j], lane);
+        }
+#pragma unroll
+        for (int j = 0; j < Q_BATCH; ++j) {
+            const int tr = first + j * WARPS;
+            if (tr >= BLOCK_M) break;
+            T *dst = sQ + tr * SD;
+            for (int c = (tr < rows ? p.head_dim : 0) + lane; c < HEAD_DIM; c += 32) dst[c] = T(0.0f);
+            if (tr < rows) pairs[j].store(dst, lane);
+        }
     }
 }
 
