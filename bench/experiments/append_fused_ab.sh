@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (about 200 s after the start): the ways a KV-cache call with an append runs on Hopper
+# One device call (about 180 s after the start): the ways a KV-cache call with an append runs on Hopper
 # (FLASHC_CUDA_KVCACHE_APPEND, kvcache_backend.cu): fused (the attention's CTAs write the new rows and rotate Q
 # themselves) and kernel (the append kernel, the attention reading the older rows before it ends); with OLD_TREE
 # set (a source tree, e.g. `git archive <rev> | tar -x -C build-ab/old`, carried), that tree's kvcache_bench runs
@@ -32,7 +32,8 @@ A() { echo "== $1" >> $R
       grep -E '^\| [0-9]|^# append' >> $R
   done; }
 OLD=build-old; [ -x $OLD/kvcache_bench ] || OLD=""
-A "fused 1" build-gpu fused; A "kernel 1" build-gpu kernel; [ -n "$OLD" ] && A "old 1" $OLD kernel
-[ -n "$OLD" ] && A "old 2" $OLD kernel; A "kernel 2" build-gpu kernel; A "fused 2" build-gpu fused
+A "fused 1" build-gpu fused; [ -n "$OLD" ] && A "old 1" $OLD kernel
+[ -n "$OLD" ] && A "old 2" $OLD kernel; A "fused 2" build-gpu fused
+[ -z "$OLD" ] && { A "kernel 1" build-gpu kernel; A "kernel 2" build-gpu kernel; }
 echo "done $(( $(date +%s)-t0 )) s" >> $R
 cat $R
