@@ -92,7 +92,9 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
      * steps before the appended rows are issued before the wait, hiding
      * the append behind the pipeline's fill; Q (q_rotated), the appended
      * rows and the outputs wait for it. Otherwise everything is read past
-     * the wait for the kernel before (the previous layer's). */
+     * the wait for the kernel before (the previous layer's), and with
+     * p.fused_append this kernel writes the appended rows and rotates Q
+     * itself (write_appended below). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const bool early = p.early_cache_reads;
     const bool fused = p.fused_append, rotate_q = fused && p.rotary_dim > 0;

@@ -1,17 +1,18 @@
-/* Before the attention of a KV-cache call: k_new / v_new written into the
- * cache at cache indices cache_seqlens[b] + r (k_new rotated at those
- * positions), and q rotated into q_rotated. One warp per row of one head;
- * the lanes take element pairs. Rotary is computed as the CPU backend does
- * it (in double, rounded to float, then to the dtype), so both write the
- * same bits. Rows of invalid sequences, and rows whose block-table entry
- * names no block, are not written (kvcache_seq.cuh).
+/* Before the portable kernel's attention over a KV cache (the Hopper kernel
+ * writes the rows itself: params.fused_append), or before the Hopper
+ * kernel under FLASHC_CUDA_KVCACHE_APPEND=kernel / serial: k_new / v_new
+ * written into the cache at cache indices cache_seqlens[b] + r (k_new
+ * rotated at those positions), and q rotated into q_rotated. One warp per
+ * row of one head (kvcache_append_rows.cuh). Rows of invalid sequences,
+ * and rows whose block-table entry names no block, are not written
+ * (kvcache_seq.cuh).
  *
  * On sm_90+ it is a programmatic dependent of the kernel before it (its
  * CTAs wait on the SMs while that one ends) and lets the attention grid
  * start right after its own wait: from then on, everything the attention
  * reads is final except what this kernel writes (the appended rows,
- * q_rotated), so the attention fills its pipeline with the older cache
- * rows while the append runs (params.early_cache_reads,
+ * q_rotated), so the Hopper attention fills its pipeline with the older
+ * cache rows while the append runs (params.early_cache_reads,
  * hopper_kvcache_kernel.cuh). */
 #include "dependent_launch.cuh"
 #include "kvcache_append_rows.cuh"
