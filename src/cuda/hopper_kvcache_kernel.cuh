@@ -64,7 +64,12 @@ static __device__ __forceinline__ uint32_t flashc_hopper_kvc_swizzle(int row, in
     return (uint32_t)((chunk / 8) * BLOCK_N * 128 + row * 128 + (((chunk % 8) ^ (row % 8)) << 4));
 }
 
-template <typename T, int HEAD_DIM, int WARPS_N>
+/* APPEND: the instance for calls with an append (the early reads behind
+ * the append kernel, or the fused append); the other compiles neither, so
+ * the calls without one run the plain kernel's code and registers (the
+ * append paths in the one kernel cost paged-16 decode 0.6-3 %:
+ * bench/NOTES.md). */
+template <typename T, int HEAD_DIM, int WARPS_N, bool APPEND>
 __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
                                   flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS == 128 ? 2 : 1)
     flashc_hopper_kvc_kernel(const flashc_kvc_params p, const __grid_constant__ CUtensorMap k_map,
@@ -96,8 +101,8 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
      * p.fused_append this kernel writes the appended rows and rotates Q
      * itself (write_appended below). */
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    const bool early = p.early_cache_reads;
-    const bool fused = p.fused_append, rotate_q = fused && p.rotary_dim > 0;
+    const bool early = APPEND && p.early_cache_reads;
+    const bool fused = APPEND && p.fused_append, rotate_q = fused && p.rotary_dim > 0;
     if (!early) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     const unsigned long long trace_start = flashc_kvc_trace_now();
 

@@ -12,24 +12,32 @@
 #include "launch_grid.h"
 #include "smem_optin.cuh"
 
+template <typename T, int HEAD_DIM, int WARPS_N, bool APPEND>
+static cudaError_t flashc_hopper_kvc_launch_instance(const flashc_kvc_params &p, const flashc_hopper_kvc_maps &m,
+                                                     cudaStream_t stream) {
+    typedef flashc_hopper_kvc_config<HEAD_DIM, WARPS_N> H;
+    auto kernel = flashc_hopper_kvc_kernel<T, HEAD_DIM, WARPS_N, APPEND>;
+    static unsigned long long smem_raised;
+    cudaError_t err = flashc_smem_optin((const void *)kernel, H::SMEM_BYTES, &smem_raised);
+    if (err != cudaSuccess) return err;
+    const long long m_blocks = ((long long)p.seqlen_q * p.group + H::P::BLOCK_M - 1) / H::P::BLOCK_M;
+    unsigned grid;
+    err = flashc_flat_grid(m_blocks * p.num_splits, p.nheads_k, p.batch, &grid);
+    if (err != cudaSuccess || grid == 0) return err;
+    /* a programmatic dependent of the kernel before it (the append, or the
+     * previous layer's): its CTAs are scheduled while that one's last run */
+    return flashc_launch_dependent(kernel, dim3(grid), dim3(H::P::THREADS), H::SMEM_BYTES, stream, true, p, m.k, m.v);
+}
+
 template <typename T, int HEAD_DIM, int WARPS_N>
 static cudaError_t flashc_hopper_kvc_launch(const flashc_kvc_params &p, const flashc_hopper_kvc_maps &m,
                                             cudaStream_t stream) {
-    typedef flashc_hopper_kvc_config<HEAD_DIM, WARPS_N> H;
-    if constexpr (!H::WHOLE_BOXES) {
+    if constexpr (!flashc_hopper_kvc_config<HEAD_DIM, WARPS_N>::WHOLE_BOXES) {
         return cudaErrorNotSupported; /* 32-key steps (head dim 256 beyond 16 rows): the portable kernel's */
     } else {
-        auto kernel = flashc_hopper_kvc_kernel<T, HEAD_DIM, WARPS_N>;
-        static unsigned long long smem_raised;
-        cudaError_t err = flashc_smem_optin((const void *)kernel, H::SMEM_BYTES, &smem_raised);
-        if (err != cudaSuccess) return err;
-        const long long m_blocks = ((long long)p.seqlen_q * p.group + H::P::BLOCK_M - 1) / H::P::BLOCK_M;
-        unsigned grid;
-        err = flashc_flat_grid(m_blocks * p.num_splits, p.nheads_k, p.batch, &grid);
-        if (err != cudaSuccess || grid == 0) return err;
-        /* a programmatic dependent of the kernel before it (the append, or the
-         * previous layer's): its CTAs are scheduled while that one's last run */
-        return flashc_launch_dependent(kernel, dim3(grid), dim3(H::P::THREADS), H::SMEM_BYTES, stream, true, p, m.k, m.v);
+        if (p.early_cache_reads || p.fused_append)
+            return flashc_hopper_kvc_launch_instance<T, HEAD_DIM, WARPS_N, true>(p, m, stream);
+        return flashc_hopper_kvc_launch_instance<T, HEAD_DIM, WARPS_N, false>(p, m, stream);
     }
 }
 
