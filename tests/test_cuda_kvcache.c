@@ -419,6 +419,24 @@ static int compare_outputs(const kv_case *kc, const unsigned char *out_gpu, cons
     return bad;
 }
 
+/* The GPU's k_cache and v_cache against the CPU's (in kc's host copies),
+ * byte for byte; the number that differ. */
+static int compare_caches(const kv_case *kc, const char *what) {
+    const buf *caches[2] = {&kc->k_cache, &kc->v_cache};
+    int failures = 0;
+    for (int i = 0; i < 2; ++i) {
+        unsigned char *cache = buf_fetch(caches[i]);
+        size_t first = 0;
+        while (first < caches[i]->bytes && cache[first] == caches[i]->host[first]) ++first;
+        if (first < caches[i]->bytes) {
+            fprintf(stderr, "  %s: %s differs from the CPU's at byte %zu\n", what, i ? "v_cache" : "k_cache", first);
+            ++failures;
+        }
+        free(cache);
+    }
+    return failures;
+}
+
 /* The whole check of one config: CPU backend on the host bytes, GPU on the
  * device copies, once per split count; cache bytes equal, outputs close;
  * returns the failures. */
@@ -452,18 +470,7 @@ static int run_case(const kv_config *cfg, uint64_t seed) {
         failures += compare_outputs(&kc, out, lse, what) != 0;
         free(out);
         free(lse);
-        const buf *caches[2] = {&kc.k_cache, &kc.v_cache};
-        for (int i = 0; i < 2; ++i) {
-            unsigned char *cache = buf_fetch(caches[i]);
-            size_t first = 0;
-            while (first < caches[i]->bytes && cache[first] == caches[i]->host[first]) ++first;
-            if (first < caches[i]->bytes) {
-                fprintf(stderr, "  %s: %s differs from the CPU's at byte %zu\n", what, i ? "v_cache" : "k_cache",
-                        first);
-                ++failures;
-            }
-            free(cache);
-        }
+        failures += compare_caches(&kc, what);
     }
     if (failures) fprintf(stderr, "  -> FAILED [%s] (seed %llu)\n", desc, (unsigned long long)seed);
     case_free(&kc);
@@ -645,10 +652,12 @@ static void step_args(kv_call *t, kv_case *kc, int on_gpu, int step, int steps, 
 
 /* Consecutive decode steps on one stream with nothing between them and one
  * workspace: each step appends a token that the next reads as an older
- * cache row. On Hopper a step's attention reads its older rows while its
- * append still runs, and the previous step's combine may still read the
- * partials; every step's out and LSE, and the cache after the last step,
- * must equal the CPU's, which runs the same steps in order. */
+ * cache row. On Hopper a step's attention CTAs write that token themselves
+ * and read it through TMA (FLASHC_CUDA_KVCACHE_APPEND=kernel: read the
+ * older rows while the append kernel still runs), and the previous step's
+ * combine may still read the partials; every step's out and LSE, and the
+ * cache after the last step, must equal the CPU's, which runs the same
+ * steps in order. */
 static void decode_steps(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -712,16 +721,8 @@ static void decode_steps(void **state) {
             snprintf(what, sizeof what, "[%s] num_splits %d, step %d", desc, runs[r][1], step);
             bad += compare_outputs(&kc, out_gpu + step * out_bytes, lse_gpu + step * lse_bytes, what) != 0;
         }
-        const buf *caches[2] = {&kc.k_cache, &kc.v_cache};
-        for (int i = 0; i < 2; ++i) {
-            unsigned char *cache = buf_fetch(caches[i]);
-            if (memcmp(cache, caches[i]->host, caches[i]->bytes) != 0) {
-                fprintf(stderr, "  [%s]: %s after %d steps differs from the CPU's\n", desc, i ? "v_cache" : "k_cache",
-                        STEPS);
-                ++bad;
-            }
-            free(cache);
-        }
+        snprintf(what, sizeof what, "[%s] num_splits %d, after %d steps", desc, runs[r][1], STEPS);
+        bad += compare_caches(&kc, what);
         failed += bad != 0;
         free(out_gpu), free(lse_gpu);
         if (ws) cudaFree(ws);
