@@ -194,6 +194,7 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
      * more than the query rows; beyond that the first ones may be seen by
      * none, and the CTA of m-block 0 and split 0 writes them all. */
     const int first_new_key = p.new_rows > 0 ? seq.append_at - seq.k_start : seq.sk;
+    auto holds_new_keys = [&](int step) { return (order.block_of(step) + 1) * BLOCK_N > first_new_key; };
     auto write_appended = [&]() {
         const bool all = p.new_rows > p.seqlen_q && m0 == 0 && split == 0;
         const int lo = all ? first_new_key : max(first_new_key, n_begin * BLOCK_N);
@@ -224,7 +225,7 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
         if (fused) {
 #pragma unroll
             for (int s = 0; s < STAGES - 1; ++s)
-                written |= s < steps && (order.block_of(s) + 1) * BLOCK_N > first_new_key;
+                written |= s < steps && holds_new_keys(s);
             if (written) write_appended();
         }
         /* Prologue: steps 0 .. STAGES - 2 in flight, the coordinates of the
@@ -234,7 +235,7 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
         for (int s = 0; s < STAGES - 1; ++s) {
             __syncthreads();
             if (threadIdx.x == 0 && s < steps) {
-                if (early && (order.block_of(s) + 1) * BLOCK_N > first_new_key)
+                if (early && holds_new_keys(s))
                     asm volatile("griddepcontrol.wait;\n" ::: "memory");
                 issue(s, s);
             }

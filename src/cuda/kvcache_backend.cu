@@ -239,8 +239,8 @@ static cudaError_t kvc_body(const void *arg) {
     flashc_kvc_params k = c->k;
     cudaError_t err = cudaSuccess;
     const kvc_append_mode mode = kvc_append_mode_of();
-    /* fused: every (sequence, KV head) has a CTA of m-block 0 and split 0
-     * to write its rows only where there are query rows */
+    /* fused only where the grid has CTAs (query rows): without any, no
+     * CTA would write the new rows, and the append kernel does */
     bool attended = false;
     if (c->append && mode == KVC_APPEND_FUSED && k.batch > 0 && k.seqlen_q > 0) {
         k.fused_append = 1;
