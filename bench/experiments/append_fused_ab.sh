@@ -3,7 +3,8 @@
 # (FLASHC_CUDA_KVCACHE_APPEND, kvcache_backend.cu): fused (the attention's CTAs write the new rows and rotate Q
 # themselves) and kernel (the append kernel, the attention reading the older rows before it ends); with OLD_TREE
 # set (a source tree, e.g. `git archive <rev> | tar -x -C build-ab/old`, carried), that tree's kvcache_bench runs
-# beside them, so the plain rows of both kernels are compared in the same call.
+# beside them (in FLASHC_CUDA_KVCACHE_APPEND=$OLD_MODE, default kernel), so the plain rows of both kernels are
+# compared in the same call.
 #   carry build-gpu-deps (cmocka) and OLD_TREE; run from the repository root.
 # 1. build with tests; gpu_check's kvcache step: test_cuda_kvcache in full on the default kernels (fused), quick
 #    under each forced kernel, with kernel_append and serial_append, under memcheck, and pytest kvcache / paged;
@@ -32,8 +33,9 @@ A() { echo "== $1" >> $R
       grep -E '^\| [0-9]|^# append' >> $R
   done; }
 OLD=build-old; [ -x $OLD/kvcache_bench ] || OLD=""
-A "fused 1" build-gpu fused; [ -n "$OLD" ] && A "old 1" $OLD kernel
-[ -n "$OLD" ] && A "old 2" $OLD kernel; A "fused 2" build-gpu fused
+OM=${OLD_MODE:-kernel}
+A "fused 1" build-gpu fused; [ -n "$OLD" ] && A "old 1" $OLD $OM
+[ -n "$OLD" ] && A "old 2" $OLD $OM; A "fused 2" build-gpu fused
 [ -z "$OLD" ] && { A "kernel 1" build-gpu kernel; A "kernel 2" build-gpu kernel; }
 echo "done $(( $(date +%s)-t0 )) s" >> $R
 cat $R

@@ -217,6 +217,8 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
             flashc_kvc_load_q<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
             flashc_cp_async_commit();
         }
+        flashc_kvc_q_rotation<T, HEAD_DIM, BLOCK_M, THREADS> q_rotation;
+        if (rotate_q) q_rotation.load_first(p, seq, b, head_k, m0, rows); /* in flight through the prologue */
         compute_coords(0);
         /* fused_append: the appended rows go in before the prologue only
          * where one of its steps reads them, else after it (hidden behind
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
             flashc_kvc_load_q<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
             flashc_cp_async_commit();
         }
-        if (rotate_q) flashc_kvc_load_q_rotated<T, HEAD_DIM, BLOCK_M, THREADS>(p, seq, b, head_k, m0, rows, sQ);
+        if (rotate_q) q_rotation.store_all(p, seq, b, head_k, m0, rows, sQ);
         if (fused && !written) write_appended(); /* the main loop's barriers precede the later issues */
         if (STAGES < steps && (int)threadIdx.x < pieces) pending = fetch_coords(STAGES);
         flashc_cp_async_wait<0>();

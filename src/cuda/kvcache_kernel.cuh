@@ -163,25 +163,33 @@ static __device__ __forceinline__ void flashc_kvc_load_q(const flashc_kvc_params
 }
 
 /* The tile's Q rows rotated from the caller's q into sQ (the Hopper
- * kernel under fused_append), one warp per row, Q_BATCH rows of a warp
- * loaded before any is stored (one memory latency per batch, not per
- * row); rows past the block and columns past d zeroed. Plain stores: the
+ * kernel under fused_append), one warp per row; rows past the block and
+ * columns past d zeroed. A warp's first BATCH rows (all of them at up to
+ * 32 tile rows) are loaded by load_first, which the kernel calls before
+ * it issues its prologue's boxes, so their memory latency hides behind
+ * those; store_all rotates and stores them after, then loads and stores
+ * any rows left (64-row tiles) a batch at a time. Plain stores: the
  * caller's barrier publishes them. */
 template <typename T, int HEAD_DIM, int BLOCK_M, int THREADS>
-static __device__ __forceinline__ void flashc_kvc_load_q_rotated(const flashc_kvc_params &p,
-                                                                 const flashc_kvc_seq &seq, int b, int head_k,
-                                                                 int m0, int rows, T *sQ) {
-    constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM), WARPS = THREADS / 32, Q_BATCH = 4;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int first = warp; first < BLOCK_M; first += WARPS * Q_BATCH) {
-        flashc_kvc_row_pairs<T, FLASHC_KVC_ROW_ITERS(HEAD_DIM)> pairs[Q_BATCH];
+struct flashc_kvc_q_rotation {
+    static constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM), WARPS = THREADS / 32;
+    static constexpr int ROWS_PER_WARP = (BLOCK_M + WARPS - 1) / WARPS;
+    static constexpr int BATCH = ROWS_PER_WARP < 8 ? ROWS_PER_WARP : 8;
+    flashc_kvc_row_pairs<T, FLASHC_KVC_ROW_ITERS(HEAD_DIM)> pairs[BATCH];
+
+    __device__ __forceinline__ void load(const flashc_kvc_params &p, const flashc_kvc_seq &seq, int b, int head_k,
+                                         int m0, int rows, int first) {
+        const int lane = threadIdx.x % 32;
 #pragma unroll
-        for (int j = 0; j < Q_BATCH; ++j) {
+        for (int j = 0; j < BATCH; ++j) {
             const int tr = first + j * WARPS, m = m0 + tr;
             if (tr < rows) flashc_kvc_load_q_row(p, seq, b, head_k * p.group + m % p.group, m / p.group, pairs[j], lane);
         }
+    }
+    __device__ __forceinline__ void store(const flashc_kvc_params &p, int rows, int first, T *sQ) const {
+        const int lane = threadIdx.x % 32;
 #pragma unroll
-        for (int j = 0; j < Q_BATCH; ++j) {
+        for (int j = 0; j < BATCH; ++j) {
             const int tr = first + j * WARPS;
             if (tr >= BLOCK_M) break;
             T *dst = sQ + tr * SD;
@@ -189,7 +197,20 @@ static __device__ __forceinline__ void flashc_kvc_load_q_rotated(const flashc_kv
             if (tr < rows) pairs[j].store(dst, lane);
         }
     }
-}
+    __device__ __forceinline__ void load_first(const flashc_kvc_params &p, const flashc_kvc_seq &seq, int b,
+                                               int head_k, int m0, int rows) {
+        load(p, seq, b, head_k, m0, rows, threadIdx.x / 32);
+    }
+    __device__ __forceinline__ void store_all(const flashc_kvc_params &p, const flashc_kvc_seq &seq, int b,
+                                              int head_k, int m0, int rows, T *sQ) {
+        const int warp = threadIdx.x / 32;
+        store(p, rows, warp, sQ);
+        for (int first = warp + WARPS * BATCH; first < BLOCK_M; first += WARPS * BATCH) {
+            load(p, seq, b, head_k, m0, rows, first);
+            store(p, rows, first, sQ);
+        }
+    }
+};
 
 /* Epilogue: each warp's rows (max, sum, O over its keys) into shared
  * memory at sWork (free for it: the caller synchronised), then every
