@@ -548,6 +548,34 @@ static void paged(void **state) {
     run_cases("paged", c, n);
 }
 
+/* Head dims 96 and 32 with an even number of KV heads run as head pairs
+ * on Hopper (hopper_kvcache.h): each tile row in its own head's half of a
+ * 2d-column row. Decode with appends and rotary (behind the append
+ * kernel), GQA groups, paged blocks, masks and the logit rule, leftpad
+ * and cache_batch_idx, split and not; and the shapes that stay unpaired:
+ * an odd number of KV heads, more than 16 rows per pair at 96. */
+static void head_pairs(void **state) {
+    (void)state;
+    REQUIRE_GPU();
+    kv_config c[MAX_CASES];
+    int n = 0;
+    c[n++] = base_config(BF16, 3, 8, 8, 96, 1, 1, 700); /* MHA (Phi-3-like) */
+    c[n] = base_config(FP16, 2, 8, 4, 96, 1, 1, 500), c[n].rotary_dim = 96, c[n].interleaved = 1;
+    c[n].causal = 1, c[n++].block_size = 16;
+    c[n] = base_config(BF16, 2, 12, 6, 96, 2, 2, 300), c[n].window_left = 50, c[n].window_right = 0;
+    c[n++].alibi = 1;                                     /* 8 rows per pair */
+    c[n] = base_config(BF16, 2, 16, 4, 96, 1, 0, 900), c[n].softcap = 20, c[n++].splits[2] = 7;
+    c[n] = base_config(BF16, 3, 8, 8, 96, 1, 1, 300), c[n++].leftpad = 1;
+    c[n] = base_config(FP16, 2, 8, 8, 96, 1, 1, 300), c[n].batch_idx = 1, c[n++].cache_batch = 5;
+    c[n] = base_config(BF16, 2, 8, 2, 96, 1, 1, 2000), c[n].seqlens = -2, c[n++].block_size = 256;
+    c[n] = base_config(BF16, 2, 4, 2, 96, 1, 1, 64), c[n++].seqlens = 0;
+    c[n] = base_config(FP16, 3, 4, 4, 32, 1, 1, 300), c[n++].block_size = 64;
+    c[n] = base_config(FP16, 2, 16, 2, 32, 4, 4, 400), c[n].rotary_dim = 32, c[n++].causal = 1; /* 64 rows */
+    c[n++] = base_config(BF16, 2, 6, 3, 96, 1, 1, 200);  /* 3 KV heads: unpaired */
+    c[n] = base_config(BF16, 2, 32, 4, 96, 3, 3, 200), c[n++].causal = 1; /* 48 rows per pair: unpaired */
+    run_cases("head pairs", c, n);
+}
+
 /* Rotary (interleaved and half-split, partial rotary dims) on appended
  * keys and q: positions per row under a causal mask, else all at seqlens. */
 static void rotary(void **state) {
@@ -846,13 +874,15 @@ static void bad_indices(void **state) {
 static void varlen_paged_forward(void **state) {
     (void)state;
     REQUIRE_GPU();
-    static const int sizes[] = {16, 64, 256};
+    /* the last at head dim 32: head pairs on Hopper (hopper_kvcache.h), in
+       tiles of 64 rows */
+    static const int sizes[] = {16, 64, 256, 64};
     int failed = 0, count = 0;
-    for (int s = 0; s < 3; ++s)
+    for (int s = 0; s < 4; ++s)
         for (int causal = 0; causal < 2; ++causal) {
             ++count;
             const flashc_dtype dt = s & 1 ? FP16 : BF16;
-            const int b = 3, h = 8, hk = 2, d = 128, bs = sizes[s], max_blocks = (600 + bs - 1) / bs;
+            const int b = 3, h = 8, hk = 2, d = s == 3 ? 32 : 128, bs = sizes[s], max_blocks = (600 + bs - 1) / bs;
             const int lens_q[3] = {1, 37, 130}, lens_k[3] = {600, 0, 333};
             test_rng rng;
             test_rng_init(&rng, test_seed("varlen paged", (uint64_t)(2 * s + causal)));
@@ -933,7 +963,7 @@ static void varlen_paged_forward(void **state) {
                 view.out = out;
                 view.lse = lse;
                 int bad = compare_outputs(&view, gpu_out, gpu_lse, "varlen paged forward");
-                if (bad) fprintf(stderr, "  -> FAILED varlen paged bs %d causal %d\n", bs, causal);
+                if (bad) fprintf(stderr, "  -> FAILED varlen paged bs %d d %d causal %d\n", bs, d, causal);
                 failed += bad != 0;
             }
             free(gpu_out), free(gpu_lse);
@@ -949,6 +979,7 @@ int main(void) {
         cmocka_unit_test(append_and_decode),
         cmocka_unit_test(paged),
         cmocka_unit_test(rotary),
+        cmocka_unit_test(head_pairs),
         cmocka_unit_test(masks),
         cmocka_unit_test(long_decodes),
         cmocka_unit_test(decode_steps),

@@ -50,6 +50,7 @@ static int tile_warps_n(const flashc_kvc_params *p) { return flashc_kvc_warps_n(
  * kernel rather than load boxes wholly out of bounds). */
 static bool tma_head_dim(const flashc_kvc_params *p) {
     if (max_head_dim(p) <= 128) return true;
+    if (p->pair_dim) return tile_warps_n(p) == 4; /* 192: the fourth box wholly out of bounds, zeros */
     return p->head_dim > 192 && p->head_dim_v > 192 && p->head_dim <= 256 && p->head_dim_v <= 256 &&
            tile_warps_n(p) == 4;
 }
@@ -59,7 +60,38 @@ static bool tma_takes(const flashc_kvc_params *p) {
     return !forced_portable() && tma_head_dim(p) && box_rows_of(p) != 0 && whole_boxes(p);
 }
 
+/* The head-pair view of a problem (kvcache_params.h's pair_dim), where its
+ * shape and strides allow one: d = dv is not a multiple of 64 but 2d is
+ * (32, 96), an even number of KV heads, each head's row right after the
+ * previous one's in K and V; and the view takes the TMA kernel. Not under
+ * FLASHC_CUDA_KVCACHE=tma, which tests and A/B runs use to reach the
+ * unpaired kernel. */
+static bool pairs_view(const flashc_kvc_params *p, flashc_kvc_params *view) {
+    const int d = p->head_dim;
+    if (p->pair_dim || forced("tma") || d != p->head_dim_v || d % 64 == 0 || (2 * d) % 64 != 0 || 2 * d > 256 ||
+        p->nheads_k % 2 != 0 || p->k_head_stride != d || p->v_head_stride != d)
+        return false;
+    *view = *p;
+    view->pair_dim = d;
+    view->head_dim = view->head_dim_v = 2 * d;
+    view->nheads_k = p->nheads_k / 2;
+    view->group = 2 * p->group;
+    view->k_head_stride = view->v_head_stride = 2 * d;
+    return tma_takes(view);
+}
+
+int flashc_hopper_kvc_pairs(const flashc_kvc_params *p, int device, flashc_kvc_params *view) {
+    return pairs_view(p, view) && flashc_hopper_device(device);
+}
+
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {
+    flashc_kvc_params view;
+    if (pairs_view(p, &view)) {
+        /* the fused append writes and rotates one head's rows: behind the
+         * append kernel instead (kvcache_backend.cu falls back to it) */
+        if (p->fused_append) return cudaErrorNotSupported;
+        p = &view;
+    }
     const int d = max_head_dim(p);
     const int box_rows = box_rows_of(p);
     if (!tma_takes(p) || !flashc_hopper_current_device()) return cudaErrorNotSupported;

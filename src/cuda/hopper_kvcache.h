@@ -24,8 +24,8 @@ FLASHC_HOPPER_KVC_HEAD_DIMS(FLASHC_HOPPER_KVC_DECLARE_RUN)
 
 /* Launch the attention over the cache with the TMA kernel, or return
  * cudaErrorNotSupported (nothing launched) where it does not apply: not a
- * compute capability 9.0 device, head dims not a multiple of 64
- * (FLASHC_CUDA_KVCACHE=tma takes those too), head dims above 128 unless
+ * compute capability 9.0 device, head dims not a multiple of 64 (but
+ * see head pairs below; FLASHC_CUDA_KVCACHE=tma takes them unpaired), head dims above 128 unless
  * both are 193-256 in a tile of at most 16 rows per KV head (at 256 the
  * other tiles step 32 keys, and d 192 / dv 128 would load boxes wholly
  * out of bounds; the TMA kernel at 256 read Gemma-like decode 12 % faster
@@ -36,6 +36,21 @@ FLASHC_HOPPER_KVC_HEAD_DIMS(FLASHC_HOPPER_KVC_DECLARE_RUN)
  * portable kernel on a Hopper GPU; "wide" sends every problem the wide
  * kernel can take to it). */
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16);
+
+/* Head pairs: at head dims 32 and 96 (d = dv) with an even number of KV
+ * heads stored side by side, a row of two adjacent heads is one row of 2d
+ * columns, a whole number of 64-column boxes and 128-byte lines. The call
+ * runs as nheads_k / 2 such heads of 2d columns with twice the group
+ * (kvcache_params.h's pair_dim): each tile row's Q fills its own head's
+ * half (zeros in the other), so its scores are its own head's, and it
+ * keeps its half of O. At 96 that is the 256 kernel's decode tile (at most
+ * 16 rows per pair), whose fourth box lies wholly out of bounds. A row of
+ * 192 bytes alone starts mid-line for every other head, and its boxes read
+ * at 0.89 of the copy bandwidth, the portable kernel at 0.94; as pairs the
+ * same bytes read at 1.03 (MHA 32 / 32, 16 x 8192 on the H100: 517 against
+ * 563 us; bench/NOTES.md, "head pairs"). The pairs' view in *view, and 1,
+ * where the call runs so on `device`; else 0. */
+int flashc_hopper_kvc_pairs(const flashc_kvc_params *p, int device, flashc_kvc_params *view);
 
 /* The wide kernel: 8 warps splitting 128-key steps (16 keys each), three
  * 64 KiB stages, one CTA per SM, for decode tiles (at most 16 rows per KV

@@ -116,22 +116,20 @@ static int kvc_split_heuristic(long long ctas, long long slots, long long key_bl
  * skipped). Counting the new rows on top added a key block whenever the
  * capacity was a multiple of the block: 33 splits instead of 32 on
  * 1 x 16384 paged 16 with one new token (bench/NOTES.md). */
-static long long kvc_keys(const flashc_problem *p) { return p->kv.capacity; }
+static long long kvc_keys(const flashc_kvc_params *p) { return p->capacity; }
 
 /* The heuristic's split count for the portable tile (which the Hopper
  * kernel shares), or on Hopper, for tiles of up to 32 rows, the count for
  * one CTA per SM where that plan gives each CTA enough keys
  * (hopper_kvcache.h; *alone_plan set to 1 then). */
-static int kvc_num_splits(const flashc_kvcache_problem *kp, const flashc_kvc_params *params, int *alone_plan) {
-    const flashc_problem *p = &kp->attn;
-    const long long rows_per_head = p->seqlen_q * (p->nheads / p->nheads_k);
-    const int optin = flashc_cuda_device_smem_optin(p->device_index);
-    const flashc_kvc_tile tile = flashc_kvc_tile_of((int)p->head_dim, (int)p->head_dim_v, rows_per_head, optin);
-    const int sms = flashc_cuda_device_sms(p->device_index);
+static int kvc_num_splits(const flashc_kvc_params *p, int device, int *alone_plan) {
+    const long long rows_per_head = (long long)p->seqlen_q * p->group;
+    const int optin = flashc_cuda_device_smem_optin(device);
+    const flashc_kvc_tile tile = flashc_kvc_tile_of(p->head_dim, p->head_dim_v, rows_per_head, optin);
+    const int sms = flashc_cuda_device_sms(device);
     int smem_per_sm = 0;
     if (sms == 0 || tile.block_m == 0 ||
-        cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, p->device_index) !=
-            cudaSuccess) {
+        cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
         cudaGetLastError();
         return 1; /* the launch reports the device's error */
     }
@@ -139,10 +137,10 @@ static int kvc_num_splits(const flashc_kvcache_problem *kp, const flashc_kvc_par
     int ctas_per_sm = smem_per_sm / (tile.smem_bytes + 1024); /* 1 KiB reserved per CTA */
     ctas_per_sm = ctas_per_sm < 1 ? 1 : (ctas_per_sm > 2 ? 2 : ctas_per_sm); /* __launch_bounds__ */
     const long long m_blocks = (rows_per_head + tile.block_m - 1) / tile.block_m;
-    const long long ctas = p->batch * p->nheads_k * m_blocks;
+    const long long ctas = (long long)p->batch * p->nheads_k * m_blocks;
     const long long key_blocks = (kvc_keys(p) + tile.block_n - 1) / tile.block_n;
     if (ctas == 0 || key_blocks == 0) return 1;
-    if (ctas_per_sm > 1 && flashc_hopper_kvc_alone_applies(params, p->device_index)) {
+    if (ctas_per_sm > 1 && flashc_hopper_kvc_alone_applies(p, device)) {
         const int alone = kvc_split_heuristic(ctas, sms, key_blocks);
         if (ctas * alone <= sms && (key_blocks / alone) * tile.block_n >= FLASHC_HOPPER_KVC_ALONE_MIN_KEYS) {
             *alone_plan = 1;
@@ -164,9 +162,14 @@ typedef struct kvc_split_plan {
     int splits, wide, tall;
 } kvc_split_plan;
 
-static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kvc_params *params) {
+static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kvc_params *call_params) {
     const flashc_problem *p = &kp->attn;
-    const long long keys = kvc_keys(p);
+    /* planned for the CTAs that run: head pairs (hopper_kvcache.h) have
+     * half the KV heads, twice the group */
+    flashc_kvc_params pairs;
+    const flashc_kvc_params *params =
+        flashc_hopper_kvc_pairs(call_params, p->device_index, &pairs) ? &pairs : call_params;
+    const long long keys = kvc_keys(params);
     kvc_split_plan plan = {1, 0, 0};
     /* no query rows (batch 0 or seqlen_q 0): nothing to split or combine, and
      * the caller sized no partials for a forced num_splits */
@@ -178,7 +181,8 @@ static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kv
         return plan;
     }
     const int sms = flashc_cuda_device_sms(p->device_index);
-    const long long ctas = p->batch * p->nheads_k; /* the wide kernel's tiles: one per (sequence, KV head) */
+    /* the wide kernel's tiles: one per (sequence, KV head) */
+    const long long ctas = (long long)params->batch * params->nheads_k;
     const long long block_n = flashc_hopper_kvc_wide_block_n();
     const long long key_blocks = (keys + block_n - 1) / block_n;
     if (sms > 0 && ctas > 0 && key_blocks > 0) {
@@ -190,7 +194,7 @@ static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kv
         }
     }
     int alone = 0;
-    plan.splits = kvc_num_splits(kp, params, &alone);
+    plan.splits = kvc_num_splits(params, p->device_index, &alone);
     plan.tall = flashc_hopper_kvc_tall_takes(params, p->device_index, alone, keys, plan.splits);
     return plan;
 }

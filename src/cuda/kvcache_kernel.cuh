@@ -143,6 +143,19 @@ static __device__ __forceinline__ flashc_kvc_rows flashc_kvc_rows_of(const flash
     return r;
 }
 
+/* The columns of Q and O that tile row m uses: [off, off + width) of
+ * width d (q) or dv (o); off is 0 except for the second head of a pair
+ * (params.pair_dim), whose row sits in columns [d, 2d). */
+struct flashc_kvc_cols {
+    int off, width;
+};
+
+static __device__ __forceinline__ flashc_kvc_cols flashc_kvc_cols_of(const flashc_kvc_params &p, int m, int dim) {
+    flashc_kvc_cols c = {0, dim};
+    if (p.pair_dim) c.off = m % p.group >= p.group / 2 ? p.pair_dim : 0, c.width = p.pair_dim;
+    return c;
+}
+
 /* Start copying the tile's Q rows into sQ (rows SD elements apart; rows
  * past the block and columns past d zero-filled), one 16-byte chunk per
  * thread and row step. The caller commits the group. */
@@ -152,12 +165,13 @@ static __device__ __forceinline__ void flashc_kvc_load_q(const flashc_kvc_params
     constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM), CHUNKS = HEAD_DIM / 8, ROW_STEP = THREADS / CHUNKS;
     const int chunk = threadIdx.x % CHUNKS;
     const T *q = reinterpret_cast<const T *>(p.q) + b * p.q_batch_stride;
-    const bool col_ok = chunk * 8 < p.head_dim;
     for (int tr = threadIdx.x / CHUNKS; tr < BLOCK_M; tr += ROW_STEP) {
         const int m = m0 + tr;
-        const bool ok = col_ok && tr < rows;
+        const flashc_kvc_cols cols = flashc_kvc_cols_of(p, m, p.head_dim);
+        const int col = chunk * 8 - cols.off;
+        const bool ok = col >= 0 && col < cols.width && tr < rows;
         const T *src = q + (seq.q_start + m / p.group) * p.q_row_stride +
-                       (head_k * p.group + m % p.group) * p.q_head_stride + chunk * 8;
+                       (head_k * p.group + m % p.group) * p.q_head_stride + col;
         flashc_cp_async16(flashc_smem_addr(sQ + tr * SD + chunk * 8), ok ? src : q, ok);
     }
 }
@@ -243,8 +257,10 @@ static __device__ __forceinline__ void flashc_kvc_epilogue(const flashc_kvc_para
 
     constexpr int CHUNKS4 = OUT_ATOMS * 8 / 4;
     for (int idx = threadIdx.x; idx < BLOCK_M * CHUNKS4; idx += THREADS) {
-        const int tr = idx / CHUNKS4, c = 4 * (idx % CHUNKS4);
-        if (tr >= rows || c >= p.head_dim_v) continue;
+        const int tr = idx / CHUNKS4, m = m0 + tr;
+        const flashc_kvc_cols cols = flashc_kvc_cols_of(p, m, p.head_dim_v);
+        const int c = 4 * (idx % CHUNKS4) - cols.off; /* the output column */
+        if (tr >= rows || c < 0 || c >= cols.width) continue;
         float row_max = -INFINITY;
 #pragma unroll
         for (int w = 0; w < WARPS_N; ++w) row_max = fmaxf(row_max, sMax[w * BLOCK_M + tr]);
@@ -254,13 +270,13 @@ static __device__ __forceinline__ void flashc_kvc_epilogue(const flashc_kvc_para
         for (int w = 0; w < WARPS_N; ++w) {
             const float m_w = sMax[w * BLOCK_M + tr];
             const float weight = m_w == -INFINITY ? 0.0f : flashc_exp2(m_w - row_max);
-            const float4 ow = *reinterpret_cast<const float4 *>(sO + (w * BLOCK_M + tr) * LDO + c);
+            const float4 ow = *reinterpret_cast<const float4 *>(sO + (w * BLOCK_M + tr) * LDO + cols.off + c);
             sum += weight * sSum[w * BLOCK_M + tr];
             o.x += weight * ow.x, o.y += weight * ow.y, o.z += weight * ow.z, o.w += weight * ow.w;
         }
         const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         o.x *= inv, o.y *= inv, o.z *= inv, o.w *= inv;
-        const int m = m0 + tr, r = m / p.group, head = head_k * p.group + m % p.group;
+        const int r = m / p.group, head = head_k * p.group + m % p.group;
         const float lse2 = row_max + log2f(sum); /* log2 domain; only where sum > 0 */
         if (p.num_splits == 1) {
             T *out = reinterpret_cast<T *>(p.out) + b * p.o_batch_stride + (seq.q_start + r) * p.o_row_stride +
@@ -271,7 +287,7 @@ static __device__ __forceinline__ void flashc_kvc_epilogue(const flashc_kvc_para
                     sum > 0.0f ? lse2 * (float)FLASHC_LN2 : INFINITY;
         } else {
             const int64_t row = (int64_t)split * p.partial_rows + ((int64_t)b * p.seqlen_q + r) * p.nheads + head;
-            *reinterpret_cast<float4 *>(p.o_partial + row * p.head_dim_v + c) = o;
+            *reinterpret_cast<float4 *>(p.o_partial + row * cols.width + c) = o;
             if (c == 0) p.lse_partial[row] = sum > 0.0f ? lse2 : -INFINITY;
         }
     }

@@ -70,6 +70,12 @@ typedef struct flashc_kvc_params {
      * into the cache themselves before they read them, and rotate their Q
      * rows from q_in (hopper_kvcache_kernel.cuh) */
     int fused_append;
+    /* Hopper: 0, or d where the call runs as head pairs (hopper_kvcache.h):
+     * the caches seen as nheads_k KV heads of head_dim = 2d columns, two
+     * adjacent heads' rows side by side, and group query heads per pair
+     * (twice the caller's); tile row m of a pair uses columns [d, 2d) of
+     * Q, K, V and O where m % group >= group / 2, else [0, d) */
+    int pair_dim;
     float *o_partial;               /* [split][row][head_dim_v] */
     float *lse_partial;             /* [split][row] */
     int64_t partial_rows;           /* batch * seqlen_q * nheads */
