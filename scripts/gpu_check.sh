@@ -36,7 +36,8 @@
 #   kvcache   test_cuda_kvcache on the default kernels (full), on the wide,
 #             the tall (64- and 128-key steps), the portable and the TMA
 #             ones (the last takes head dims that are not a multiple of 64
-#             too), with the append kernel before the attention instead of
+#             too, unpaired), as head pairs wherever the shape allows
+#             (head dims 32 and 96), with the append kernel before the attention instead of
 #             the Hopper kernel's own (kernel_append: the attention reading
 #             the older rows before the append ends; serial_append: nothing)
 #             and under memcheck (quick), side by side, and
@@ -440,9 +441,10 @@ step_kvcache() {
                        [tall128]="FLASHC_CUDA_KVCACHE=tall128 FLASHC_TEST_QUICK=1"
                        [portable]="FLASHC_CUDA_KVCACHE=portable FLASHC_TEST_QUICK=1"
                        [tma]="FLASHC_CUDA_KVCACHE=tma FLASHC_TEST_QUICK=1"
+                       [pairs]="FLASHC_CUDA_KVCACHE=pairs FLASHC_TEST_QUICK=1"
                        [kernel_append]="FLASHC_CUDA_KVCACHE_APPEND=kernel FLASHC_TEST_QUICK=1"
                        [serial_append]="FLASHC_CUDA_KVCACHE_APPEND=serial FLASHC_TEST_QUICK=1")
-    for name in default wide tall tall128 portable tma kernel_append serial_append; do
+    for name in default wide tall tall128 portable tma pairs kernel_append serial_append; do
         # shellcheck disable=SC2086
         ( cd "$B/tests" && env ${mode_env[$name]} timeout "$(budget 240)" ./test_cuda_kvcache \
               > "$SCRATCH/kvc_$name.log" 2>&1; echo $? > "$SCRATCH/kvc_$name.rc" ) &
@@ -457,7 +459,7 @@ step_kvcache() {
     : > "$log"
     NOTE[kvcache]=""
     local rc
-    for name in default wide tall tall128 portable tma kernel_append serial_append memcheck; do
+    for name in default wide tall tall128 portable tma pairs kernel_append serial_append memcheck; do
         rc=$(cat "$SCRATCH/kvc_$name.rc" 2>/dev/null || echo "?")
         [ "$rc" = 0 ] || status=1
         { echo "=== test_cuda_kvcache, $name: exit status $rc"

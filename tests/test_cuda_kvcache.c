@@ -549,11 +549,15 @@ static void paged(void **state) {
 }
 
 /* Head dims 96 and 32 with an even number of KV heads run as head pairs
- * on Hopper (hopper_kvcache.h): each tile row in its own head's half of a
- * 2d-column row. Decode with appends and rotary (behind the append
- * kernel), GQA groups, paged blocks, masks and the logit rule, leftpad
- * and cache_batch_idx, split and not; and the shapes that stay unpaired:
- * an odd number of KV heads, more than 16 rows per pair at 96. */
+ * on Hopper (hopper_kvcache.h) where each CTA streams enough keys, else
+ * the unpaired TMA kernel: each tile row in its own head's half of a
+ * 2d-column row. FLASHC_CUDA_KVCACHE=pairs (gpu_check's pairs mode) pairs
+ * every case the shape allows; by default the short caches here run
+ * unpaired and the last case pairs unsplit. Decode with appends and rotary
+ * (behind the append kernel), GQA groups, paged blocks, masks and the
+ * logit rule, leftpad and cache_batch_idx, split and not; and the shapes
+ * that stay unpaired on the portable kernel: an odd number of KV heads,
+ * more than 16 rows per pair at 96. */
 static void head_pairs(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -573,6 +577,9 @@ static void head_pairs(void **state) {
     c[n] = base_config(FP16, 2, 16, 2, 32, 4, 4, 400), c[n].rotary_dim = 32, c[n++].causal = 1; /* 64 rows */
     c[n++] = base_config(BF16, 2, 6, 3, 96, 1, 1, 200);  /* 3 KV heads: unpaired */
     c[n] = base_config(BF16, 2, 32, 4, 96, 3, 3, 200), c[n++].causal = 1; /* 48 rows per pair: unpaired */
+    if (!test_quick()) { /* 136 pair CTAs fill a 132-SM Hopper unsplit, 2100 keys each: pairs by default */
+        c[n] = base_config(BF16, 17, 16, 16, 96, 1, 1, 2100), c[n++].seqlens = -2;
+    }
     run_cases("head pairs", c, n);
 }
 

@@ -13,14 +13,20 @@ static bool forced(const char *kernel) {
 }
 static bool forced_portable(void) { return forced("portable"); }
 
+static bool pairs_view(const flashc_kvc_params *p, flashc_kvc_params *view);
+
 /* Head dims that are not a multiple of 64 leave each row's last box partly
- * out of bounds (96: columns 96-127 zero-filled). Over such caches the TMA
- * kernel read at 0.85-0.90 of the copy bandwidth where the portable
- * kernel's cp.async reached 0.94 (MHA d96, bench/NOTES.md "model decode
- * shapes"), so they run the portable kernel, unless FLASHC_CUDA_KVCACHE=tma
- * (tests, A/B runs). */
+ * out of bounds (96: columns 96-127 zero-filled). Over long streams of
+ * such caches the TMA kernel read at 0.85-0.90 of the copy bandwidth
+ * where the portable kernel's cp.async reached 0.94 (MHA d96,
+ * bench/NOTES.md "model decode shapes"); where head pairs could take the
+ * problem (hopper_kvcache.h), they take the long streams, and the short
+ * ones read faster through the unpaired boxes than through cp.async (MHA
+ * 128 x 1024: 526 against 556 us). Other such problems run the portable
+ * kernel, unless FLASHC_CUDA_KVCACHE=tma (tests, A/B runs). */
 static bool whole_boxes(const flashc_kvc_params *p) {
-    return (p->head_dim % 64 == 0 && p->head_dim_v % 64 == 0) || forced("tma");
+    flashc_kvc_params view;
+    return (p->head_dim % 64 == 0 && p->head_dim_v % 64 == 0) || forced("tma") || pairs_view(p, &view);
 }
 
 /* Boxes of whole paged blocks (16 or 32 rows), or of 64 rows within a
@@ -65,7 +71,7 @@ static bool tma_takes(const flashc_kvc_params *p) {
  * (32, 96), an even number of KV heads, each head's row right after the
  * previous one's in K and V; and the view takes the TMA kernel. Not under
  * FLASHC_CUDA_KVCACHE=tma, which tests and A/B runs use to reach the
- * unpaired kernel. */
+ * unpaired kernel (=pairs: wherever the shape allows). */
 static bool pairs_view(const flashc_kvc_params *p, flashc_kvc_params *view) {
     const int d = p->head_dim;
     if (p->pair_dim || forced("tma") || d != p->head_dim_v || d % 64 == 0 || (2 * d) % 64 != 0 || 2 * d > 256 ||
@@ -84,9 +90,13 @@ int flashc_hopper_kvc_pairs(const flashc_kvc_params *p, int device, flashc_kvc_p
     return pairs_view(p, view) && flashc_hopper_device(device);
 }
 
+int flashc_hopper_kvc_pairs_take(long long keys_per_cta) {
+    return forced("pairs") || keys_per_cta >= FLASHC_HOPPER_KVC_PAIRS_MIN_KEYS;
+}
+
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {
     flashc_kvc_params view;
-    if (pairs_view(p, &view)) {
+    if ((p->head_pairs || forced("pairs")) && pairs_view(p, &view)) {
         /* the fused append writes and rotates one head's rows: behind the
          * append kernel instead (kvcache_backend.cu falls back to it) */
         if (p->fused_append) return cudaErrorNotSupported;

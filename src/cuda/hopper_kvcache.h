@@ -49,8 +49,17 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
  * at 0.89 of the copy bandwidth, the portable kernel at 0.94; as pairs the
  * same bytes read at 1.03 (MHA 32 / 32, 16 x 8192 on the H100: 517 against
  * 563 us; bench/NOTES.md, "head pairs"). The pairs' view in *view, and 1,
- * where the call runs so on `device`; else 0. */
+ * where the shape allows them on `device`; else 0. */
 int flashc_hopper_kvc_pairs(const flashc_kvc_params *p, int device, flashc_kvc_params *view);
+/* Whether the split plan takes pairs whose CTAs stream keys_per_cta keys
+ * each (params.head_pairs). One pair CTA fills an SM (the 256 kernel), so
+ * over short streams its pipeline's fill and end are not hidden: 128 x
+ * 1024 keys, MHA 32 / 32, ran 553 us as pairs against 526 on the unpaired
+ * TMA kernel (two CTAs per SM), which the rule then keeps. Where pairs are
+ * not taken, head dims 32 and 96 run the unpaired TMA kernel over short
+ * streams. FLASHC_CUDA_KVCACHE=pairs: pairs wherever the shape allows. */
+int flashc_hopper_kvc_pairs_take(long long keys_per_cta);
+#define FLASHC_HOPPER_KVC_PAIRS_MIN_KEYS 2048
 
 /* The wide kernel: 8 warps splitting 128-key steps (16 keys each), three
  * 64 KiB stages, one CTA per SM, for decode tiles (at most 16 rows per KV

@@ -159,18 +159,13 @@ static int kvc_num_splits(const flashc_kvc_params *p, int device, int *alone_pla
  * which the 4-warp Hopper kernel shares; where they put one CTA per SM,
  * tiles of 17-32 rows run the tall kernel. */
 typedef struct kvc_split_plan {
-    int splits, wide, tall;
+    int splits, wide, tall, pairs;
 } kvc_split_plan;
 
-static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kvc_params *call_params) {
+static kvc_split_plan kvc_plan_of(const flashc_kvcache_problem *kp, const flashc_kvc_params *params) {
     const flashc_problem *p = &kp->attn;
-    /* planned for the CTAs that run: head pairs (hopper_kvcache.h) have
-     * half the KV heads, twice the group */
-    flashc_kvc_params pairs;
-    const flashc_kvc_params *params =
-        flashc_hopper_kvc_pairs(call_params, p->device_index, &pairs) ? &pairs : call_params;
     const long long keys = kvc_keys(params);
-    kvc_split_plan plan = {1, 0, 0};
+    kvc_split_plan plan = {1, 0, 0, 0};
     /* no query rows (batch 0 or seqlen_q 0): nothing to split or combine, and
      * the caller sized no partials for a forced num_splits */
     if (p->batch * p->seqlen_q == 0) return plan;
@@ -197,6 +192,21 @@ static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kv
     plan.splits = kvc_num_splits(params, p->device_index, &alone);
     plan.tall = flashc_hopper_kvc_tall_takes(params, p->device_index, alone, keys, plan.splits);
     return plan;
+}
+
+/* Head pairs (hopper_kvcache.h), planned for their own CTAs (half the KV
+ * heads, twice the group), where the shape allows them and that plan gives
+ * each CTA a long enough stream; else the plan of the call as it is. */
+static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kvc_params *params) {
+    flashc_kvc_params pairs;
+    if (flashc_hopper_kvc_pairs(params, kp->attn.device_index, &pairs)) {
+        kvc_split_plan plan = kvc_plan_of(kp, &pairs);
+        if (flashc_hopper_kvc_pairs_take((kvc_keys(&pairs) + plan.splits - 1) / plan.splits)) {
+            plan.pairs = 1;
+            return plan;
+        }
+    }
+    return kvc_plan_of(kp, params);
 }
 
 /* Split partials: out rows [split][row][dv] then LSE [split][row], float32. */
@@ -305,6 +315,7 @@ extern "C" flashc_status flashc_cuda_kvcache(flashc_kvcache_problem *kp) {
     const int splits = plan.splits;
     c.k.wide = plan.wide;
     c.k.tall = plan.tall;
+    c.k.head_pairs = plan.pairs;
     const size_t partial_bytes = kvc_partial_bytes(p, splits);
     c.combine = splits > 1;
     if (c.combine) {

@@ -70,6 +70,9 @@ typedef struct flashc_kvc_params {
      * into the cache themselves before they read them, and rotate their Q
      * rows from q_in (hopper_kvcache_kernel.cuh) */
     int fused_append;
+    /* Hopper: the split plan chose head pairs (hopper_kvcache.h), which
+     * the kernel takes where the shape allows */
+    int head_pairs;
     /* Hopper: 0, or d where the call runs as head pairs (hopper_kvcache.h):
      * the caches seen as nheads_k KV heads of head_dim = 2d columns, two
      * adjacent heads' rows side by side, and group query heads per pair
