@@ -137,7 +137,10 @@ int flashc_hopper_kvc_alone_applies(const flashc_kvc_params *p, int device) {
 }
 
 int flashc_hopper_kvc_wide_applies(const flashc_kvc_params *p, int device, long long keys_per_cta) {
-    if (!hdim128_kernel(p) || box_rows_of(p) != 64 || !flashc_hopper_kvc_decode_applies(p, device)) return 0;
+    /* whole 64-column boxes only (d96 runs as head pairs over long streams) */
+    if (!hdim128_kernel(p) || p->head_dim % 64 != 0 || p->head_dim_v % 64 != 0 || box_rows_of(p) != 64 ||
+        !flashc_hopper_kvc_decode_applies(p, device))
+        return 0;
     return forced("wide") || keys_per_cta >= FLASHC_HOPPER_KVC_WIDE_MIN_KEYS;
 }
 
