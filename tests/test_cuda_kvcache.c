@@ -549,11 +549,12 @@ static void paged(void **state) {
 }
 
 /* Head dims 96 and 32 with an even number of KV heads run as head pairs
- * on Hopper (hopper_kvcache.h) where each CTA streams enough keys, else
- * the unpaired TMA kernel: each tile row in its own head's half of a
- * 2d-column row. FLASHC_CUDA_KVCACHE=pairs (gpu_check's pairs mode) pairs
- * every case the shape allows; by default the short caches here run
- * unpaired and the last case pairs unsplit. Decode with appends and rotary
+ * on Hopper (hopper_kvcache.h): each tile row in its own head's half of a
+ * 2d-column row; at 96 only where each CTA streams enough keys of whole
+ * 64-row boxes, else the unpaired TMA kernel. FLASHC_CUDA_KVCACHE=pairs
+ * (gpu_check's pairs mode) pairs every case the shape allows; by default
+ * the d32 cases pair, the short d96 caches here run unpaired and the last
+ * case pairs unsplit. Decode with appends and rotary
  * (behind the append kernel), GQA groups, paged blocks, masks and the
  * logit rule, leftpad and cache_batch_idx, split and not; and the shapes
  * that stay unpaired on the portable kernel: an odd number of KV heads,

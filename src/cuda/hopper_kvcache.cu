@@ -90,8 +90,9 @@ int flashc_hopper_kvc_pairs(const flashc_kvc_params *p, int device, flashc_kvc_p
     return pairs_view(p, view) && flashc_hopper_device(device);
 }
 
-int flashc_hopper_kvc_pairs_take(long long keys_per_cta) {
-    return forced("pairs") || keys_per_cta >= FLASHC_HOPPER_KVC_PAIRS_MIN_KEYS;
+int flashc_hopper_kvc_pairs_take(const flashc_kvc_params *view, long long keys_per_cta) {
+    if (forced("pairs") || max_head_dim(view) <= 128) return 1;
+    return keys_per_cta >= FLASHC_HOPPER_KVC_PAIRS_MIN_KEYS && box_rows_of(view) == 64;
 }
 
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {

@@ -51,14 +51,21 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
  * 563 us; bench/NOTES.md, "head pairs"). The pairs' view in *view, and 1,
  * where the shape allows them on `device`; else 0. */
 int flashc_hopper_kvc_pairs(const flashc_kvc_params *p, int device, flashc_kvc_params *view);
-/* Whether the split plan takes pairs whose CTAs stream keys_per_cta keys
- * each (params.head_pairs). One pair CTA fills an SM (the 256 kernel), so
- * over short streams its pipeline's fill and end are not hidden: 128 x
- * 1024 keys, MHA 32 / 32, ran 553 us as pairs against 526 on the unpaired
- * TMA kernel (two CTAs per SM), which the rule then keeps. Where pairs are
- * not taken, head dims 32 and 96 run the unpaired TMA kernel over short
- * streams. FLASHC_CUDA_KVCACHE=pairs: pairs wherever the shape allows. */
-int flashc_hopper_kvc_pairs_take(long long keys_per_cta);
+/* Whether the split plan takes the pairs of `view` whose CTAs stream
+ * keys_per_cta keys each (params.head_pairs). At 32 (pairs of 64 columns,
+ * two CTAs per SM) always: 16 x 8192 206 against 222 us on the portable
+ * kernel, 128 x 1024 181 against 209 unpaired. At 96 one pair CTA fills an
+ * SM (the 256 kernel), which over short streams does not hide its
+ * pipeline's fill and end, nor paged blocks' four boxes and table reads
+ * per step (as in the one-CTA-per-SM plan above): only where each CTA
+ * streams at least PAIRS_MIN_KEYS keys of whole 64-row boxes. MHA 32 / 32
+ * on the H100: pairs 518 / 523 / 536 us at 16 x 8192 / 32 x 4096 / 64 x
+ * 2048, the unpaired TMA kernel 603 / 576 / 553; at 128 x 1024 and 256 x
+ * 512 pairs 555 / 577, unpaired 535 / 521; paged 16, 32 x 4096: pairs 677,
+ * unpaired 642 (bench/NOTES.md, "head pairs"). Where pairs are not taken,
+ * these shapes run the unpaired TMA kernel. FLASHC_CUDA_KVCACHE=pairs:
+ * pairs wherever the shape allows. */
+int flashc_hopper_kvc_pairs_take(const flashc_kvc_params *view, long long keys_per_cta);
 #define FLASHC_HOPPER_KVC_PAIRS_MIN_KEYS 2048
 
 /* The wide kernel: 8 warps splitting 128-key steps (16 keys each), three

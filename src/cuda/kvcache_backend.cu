@@ -201,7 +201,7 @@ static kvc_split_plan kvc_plan(const flashc_kvcache_problem *kp, const flashc_kv
     flashc_kvc_params pairs;
     if (flashc_hopper_kvc_pairs(params, kp->attn.device_index, &pairs)) {
         kvc_split_plan plan = kvc_plan_of(kp, &pairs);
-        if (flashc_hopper_kvc_pairs_take((kvc_keys(&pairs) + plan.splits - 1) / plan.splits)) {
+        if (flashc_hopper_kvc_pairs_take(&pairs, (kvc_keys(&pairs) + plan.splits - 1) / plan.splits)) {
             plan.pairs = 1;
             return plan;
         }
@@ -359,6 +359,9 @@ flashc_status flashc_cuda_paged_forward(const flashc_problem *p) {
     if (st != FLASHC_SUCCESS) return st;
     paged_call c;
     c.k = kvc_params(p);
+    flashc_kvc_params pairs; /* unsplit: each CTA streams up to the capacity */
+    c.k.head_pairs = flashc_hopper_kvc_pairs(&c.k, p->device_index, &pairs) &&
+                     flashc_hopper_kvc_pairs_take(&pairs, kvc_keys(&pairs));
     c.f = flashc_cuda_fwd_params(p);
     c.is_bf16 = p->dtype == FLASHC_DTYPE_BFLOAT16;
     c.stream = p->stream;
