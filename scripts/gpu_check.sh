@@ -37,8 +37,8 @@
 #             the tall (64- and 128-key steps), the portable and the TMA
 #             ones (the last takes head dims that are not a multiple of 64
 #             too, unpaired), as head pairs wherever the shape allows
-#             (head dims 32 and 96), with the append kernel before the attention instead of
-#             the Hopper kernel's own (kernel_append: the attention reading
+#             (head dims 32 and 96), with the append kernel before the
+#             attention instead of the Hopper kernel's own (kernel_append: the attention reading
 #             the older rows before the append ends; serial_append: nothing)
 #             and under memcheck (quick), side by side, and
 #             pytest -k "cuda and (kvcache or paged)": kvcache.log

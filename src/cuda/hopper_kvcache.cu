@@ -97,7 +97,7 @@ int flashc_hopper_kvc_pairs_take(const flashc_kvc_params *view, long long keys_p
 
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {
     flashc_kvc_params view;
-    if ((p->head_pairs || forced("pairs")) && pairs_view(p, &view)) {
+    if (p->head_pairs && pairs_view(p, &view)) { /* the plan's choice (=pairs forces it there) */
         /* the fused append writes and rotates one head's rows: behind the
          * append kernel instead (kvcache_backend.cu falls back to it) */
         if (p->fused_append) return cudaErrorNotSupported;
