@@ -53,11 +53,10 @@ static int tile_warps_n(const flashc_kvc_params *p) { return flashc_kvc_warps_n(
  * the decode tile (at most 16 rows per KV head; kvcache_config.h's other
  * 256 tiles step 32 keys), and only where each of K's and V's four boxes
  * per row holds some of the row (193-256: d 192 / dv 128 run the portable
- * kernel rather than load boxes wholly out of bounds). Head pairs at 96
- * run the 192 kernel, which has the decode tile alone. */
+ * kernel rather than load boxes wholly out of bounds). */
 static bool tma_head_dim(const flashc_kvc_params *p) {
     if (max_head_dim(p) <= 128) return true;
-    if (p->pair_dim) return tile_warps_n(p) == 4;
+    if (p->pair_dim) return tile_warps_n(p) == 4; /* 192: the fourth box wholly out of bounds, zeros */
     return p->head_dim > 192 && p->head_dim_v > 192 && p->head_dim <= 256 && p->head_dim_v <= 256 &&
            tile_warps_n(p) == 4;
 }
@@ -98,7 +97,12 @@ int flashc_hopper_kvc_pairs_take(const flashc_kvc_params *view, long long keys_p
 
 cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream, int is_bf16) {
     flashc_kvc_params view;
-    if (p->head_pairs && pairs_view(p, &view)) p = &view; /* the plan's choice (=pairs forces it there) */
+    if (p->head_pairs && pairs_view(p, &view)) { /* the plan's choice (=pairs forces it there) */
+        /* the fused append writes and rotates one head's rows: behind the
+         * append kernel instead (kvcache_backend.cu falls back to it) */
+        if (p->fused_append) return cudaErrorNotSupported;
+        p = &view;
+    }
     const int d = max_head_dim(p);
     const int box_rows = box_rows_of(p);
     if (!tma_takes(p) || !flashc_hopper_current_device()) return cudaErrorNotSupported;

@@ -14,8 +14,7 @@ typedef struct flashc_hopper_kvc_maps {
     CUtensorMap k, v;
 } flashc_hopper_kvc_maps;
 
-/* 192: head pairs at 96 (two CTAs per SM; the 256 decode tile holds one) */
-#define FLASHC_HOPPER_KVC_HEAD_DIMS(X) X(64) X(128) X(192) X(256)
+#define FLASHC_HOPPER_KVC_HEAD_DIMS(X) X(64) X(128) X(256)
 
 #define FLASHC_HOPPER_KVC_DECLARE_RUN(HEAD_DIM)                                                             \
     cudaError_t flashc_hopper_kvc_run_hdim##HEAD_DIM(const flashc_kvc_params *p, const flashc_hopper_kvc_maps *m, \
@@ -44,9 +43,8 @@ cudaError_t flashc_hopper_kvc_attention(const flashc_kvc_params *p, void *stream
  * runs as nheads_k / 2 such heads of 2d columns with twice the group
  * (kvcache_params.h's pair_dim): each tile row's Q fills its own head's
  * half (zeros in the other), so its scores are its own head's, and it
- * keeps its half of O. At 96 that is the 192 kernel's decode tile (at most
- * 16 rows per pair; three boxes a row, two CTAs per SM), at 32 the 64
- * kernel's; no other instance runs pairs. A row of
+ * keeps its half of O. At 96 that is the 256 kernel's decode tile (at most
+ * 16 rows per pair), whose fourth box lies wholly out of bounds. A row of
  * 192 bytes alone starts mid-line for every other head, and its boxes read
  * at 0.89 of the copy bandwidth, the portable kernel at 0.94; as pairs the
  * same bytes read at 1.03 (MHA 32 / 32, 16 x 8192 on the H100: 517 against

@@ -79,8 +79,6 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
     constexpr int THREADS = C::THREADS, BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N;
     constexpr int WARPS_M = C::WARPS_M, STAGES = C::STAGES, KEYS_PER_WARP = C::KEYS_PER_WARP;
     constexpr int COL_ATOMS = KEYS_PER_WARP / 8, OUT_ATOMS = HEAD_DIM / 8, SD = C::SD;
-    /* head pairs (of 32 or 96 columns) run the 64 and 192 instances only */
-    constexpr bool PAIRS = HEAD_DIM == 64 || HEAD_DIM == 192;
 
     extern __shared__ __align__(16) unsigned char smem[];
     T *sQ = reinterpret_cast<T *>(smem);
@@ -194,18 +192,15 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
      * may write the same rows, with the same bits. Every appended row is
      * some query's own key, seen by it, as long as the new rows are no
      * more than the query rows; beyond that the first ones may be seen by
-     * none, and the CTA of m-block 0 and split 0 writes them all. Under
-     * head pairs a row is both heads' (two warps' work). */
+     * none, and the CTA of m-block 0 and split 0 writes them all. */
     const int first_new_key = p.new_rows > 0 ? seq.append_at - seq.k_start : seq.sk;
     auto holds_new_keys = [&](int step) { return (order.block_of(step) + 1) * BLOCK_N > first_new_key; };
     auto write_appended = [&]() {
         const bool all = p.new_rows > p.seqlen_q && m0 == 0 && split == 0;
         const int lo = all ? first_new_key : max(first_new_key, n_begin * BLOCK_N);
         const int hi = all ? seq.sk : min(seq.sk, n_end * BLOCK_N);
-        const int heads = p.pair_dim ? 2 : 1; /* a pair CTA writes both heads' rows */
-        for (int item = warp; item < (hi - lo) * heads; item += THREADS / 32)
-            flashc_kvc_append_row<T, HEAD_DIM>(p, b, seq, head_k, lo + item / heads - first_new_key, lane,
-                                               item % heads);
+        for (int key = lo + warp; key < hi; key += THREADS / 32)
+            flashc_kvc_append_row<T, HEAD_DIM>(p, b, seq, head_k, key - first_new_key, lane);
         if (hi > lo) flashc_fence_proxy_async_global();
     };
 
@@ -258,10 +253,6 @@ __global__ void __launch_bounds__(flashc_kvc_config<HEAD_DIM, WARPS_N>::THREADS,
         if (STAGES < steps && (int)threadIdx.x < pieces) pending = fetch_coords(STAGES);
         flashc_cp_async_wait<0>();
         __syncthreads(); /* Q visible to all */
-        if (PAIRS && rotate_q && p.pair_dim) {
-            q_rotation.move_second_heads(p, m0, rows, sQ);
-            __syncthreads();
-        }
         /* This warp's Q fragments, read once: every step's S takes them. */
         uint32_t q_frag[HEAD_DIM / 16][4];
         {

@@ -32,9 +32,7 @@ static cudaError_t flashc_hopper_kvc_launch_instance(const flashc_kvc_params &p,
 template <typename T, int HEAD_DIM, int WARPS_N>
 static cudaError_t flashc_hopper_kvc_launch(const flashc_kvc_params &p, const flashc_hopper_kvc_maps &m,
                                             cudaStream_t stream) {
-    if constexpr (!flashc_kvc_config<HEAD_DIM, WARPS_N>::COMPILED) {
-        return cudaErrorNotSupported; /* 192: the decode tile only */
-    } else if constexpr (!flashc_hopper_kvc_config<HEAD_DIM, WARPS_N>::WHOLE_BOXES) {
+    if constexpr (!flashc_hopper_kvc_config<HEAD_DIM, WARPS_N>::WHOLE_BOXES) {
         return cudaErrorNotSupported; /* 32-key steps (head dim 256 beyond 16 rows): the portable kernel's */
     } else {
         if (p.early_cache_reads || p.fused_append)

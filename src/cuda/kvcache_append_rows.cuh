@@ -74,33 +74,28 @@ struct flashc_kvc_row_pairs {
 #define FLASHC_KVC_ROW_ITERS(max_dim) (((max_dim) / 2 + 31) / 32)
 
 /* Row r of k_new / v_new of (b, head_k) into the cache at cache index
- * append_at + r, k rotated there; head dims up to MAX_DIM. Under head
- * pairs (params.pair_dim; head_k a pair) it is the row of the pair's head
- * `half` (0 or 1), pair_dim wide, in columns [half * pair_dim, ...) of the
- * pair's cache row. Invalid sequences, and rows whose block-table entry
- * names no block, are not written. */
+ * append_at + r, k rotated there; head dims up to MAX_DIM. Invalid
+ * sequences, and rows whose block-table entry names no block, are not
+ * written. */
 template <typename T, int MAX_DIM>
 static __device__ __forceinline__ void flashc_kvc_append_row(const flashc_kvc_params &p, int b,
-                                                             const flashc_kvc_seq &seq, int head_k, int r, int lane,
-                                                             int half = 0) {
+                                                             const flashc_kvc_seq &seq, int head_k, int r,
+                                                             int lane) {
     if (!seq.valid) return;
-    const int new_head = p.pair_dim ? 2 * head_k + half : head_k;
-    const int dk = p.pair_dim ? p.pair_dim : p.head_dim, dv = p.pair_dim ? p.pair_dim : p.head_dim_v;
-    const int col = half * p.pair_dim;
     const T *kn = reinterpret_cast<const T *>(p.k_new) + b * p.kn_batch_stride + r * p.kn_row_stride +
-                  new_head * p.kn_head_stride;
+                  head_k * p.kn_head_stride;
     const T *vn = reinterpret_cast<const T *>(p.v_new) + b * p.vn_batch_stride + r * p.vn_row_stride +
-                  new_head * p.vn_head_stride;
+                  head_k * p.vn_head_stride;
     flashc_kvc_row_pairs<T, FLASHC_KVC_ROW_ITERS(MAX_DIM)> kp, vp;
-    kp.load(p, kn, dk, seq.append_at + r, p.rotary_dim, lane);
-    vp.load(p, vn, dv, 0, 0, lane);
+    kp.load(p, kn, p.head_dim, seq.append_at + r, p.rotary_dim, lane);
+    vp.load(p, vn, p.head_dim_v, 0, 0, lane);
     int block, row;
     flashc_kvc_find(p, b, seq, seq.append_at + r, &block, &row);
     if (!flashc_kvc_block_exists(p, block)) return;
     T *k = const_cast<T *>(reinterpret_cast<const T *>(p.k)) + block * p.k_batch_stride + row * p.k_row_stride +
-           head_k * p.k_head_stride + col;
+           head_k * p.k_head_stride;
     T *v = const_cast<T *>(reinterpret_cast<const T *>(p.v)) + block * p.v_batch_stride + row * p.v_row_stride +
-           head_k * p.v_head_stride + col;
+           head_k * p.v_head_stride;
     kp.store(k, lane);
     vp.store(v, lane);
 }
@@ -110,17 +105,16 @@ static __device__ __forceinline__ void flashc_kvc_append_row(const flashc_kvc_pa
  * (rotary_q_per_row 0: neither causal nor local). Positions past the
  * tables only come from cache_seqlens the host did not check (on the CPU
  * that is an error): clamped, never read beyond. Empty tables leave the
- * row unrotated. The row is d wide (pair_dim under head pairs). */
+ * row unrotated. */
 template <typename T, int ITERS>
 static __device__ __forceinline__ void flashc_kvc_load_q_row(const flashc_kvc_params &p, const flashc_kvc_seq &seq,
                                                              int b, int head, int r,
                                                              flashc_kvc_row_pairs<T, ITERS> &pairs, int lane) {
-    const int d = p.pair_dim ? p.pair_dim : p.head_dim;
     const T *q = reinterpret_cast<const T *>(p.q_in) + b * p.qi_batch_stride + r * p.qi_row_stride +
                  head * p.qi_head_stride;
     const int64_t pos =
         p.rotary_rows < 1 ? 0 : flashc_kvc_clamp(seq.append_at + (p.rotary_q_per_row ? r : 0), 0, p.rotary_rows - 1);
-    pairs.load(p, q, d, pos, p.rotary_rows < 1 ? 0 : p.rotary_dim, lane);
+    pairs.load(p, q, p.head_dim, pos, p.rotary_rows < 1 ? 0 : p.rotary_dim, lane);
 }
 
 #endif

@@ -125,9 +125,7 @@ static long long kvc_keys(const flashc_kvc_params *p) { return p->capacity; }
 static int kvc_num_splits(const flashc_kvc_params *p, int device, int *alone_plan) {
     const long long rows_per_head = (long long)p->seqlen_q * p->group;
     const int optin = flashc_cuda_device_smem_optin(device);
-    /* head pairs run the Hopper tile of 2d columns (64 or 192) */
-    const flashc_kvc_tile tile = p->pair_dim ? flashc_kvc_tile_of_config(2 * p->pair_dim, rows_per_head, optin)
-                                             : flashc_kvc_tile_of(p->head_dim, p->head_dim_v, rows_per_head, optin);
+    const flashc_kvc_tile tile = flashc_kvc_tile_of(p->head_dim, p->head_dim_v, rows_per_head, optin);
     const int sms = flashc_cuda_device_sms(device);
     int smem_per_sm = 0;
     if (sms == 0 || tile.block_m == 0 ||

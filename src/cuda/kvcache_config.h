@@ -38,7 +38,6 @@
     X(128, 4, 64, 3, 0)                          \
     X(128, 2, 64, 3, 0)                          \
     X(128, 1, 64, 3, 0)                          \
-    X(192, 4, 64, 2, 0) /* Hopper head pairs at 96 only */ \
     X(256, 4, 64, 2, 0)                          \
     X(256, 2, 32, 3, 0)                          \
     X(256, 1, 32, 3, 0)                          \
@@ -50,8 +49,7 @@
     X(256, 2, 32, 2, 1)                          \
     X(256, 1, 16, 3, 1)
 
-/* The compiled head dims of the portable kernel, smallest first (192 is
- * the Hopper kernel's alone, for head pairs at 96: hopper_kvcache.h). */
+/* The compiled head dims, smallest first. */
 #define FLASHC_KVC_HEAD_DIMS(X) X(64) X(128) X(256)
 
 template <int HEAD_DIM, int WARPS_N, bool SMALL = false>

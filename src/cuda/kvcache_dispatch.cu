@@ -17,10 +17,7 @@ static int head_dim_config(int head_dim, int head_dim_v) {
 }
 
 flashc_kvc_tile flashc_kvc_tile_of(int head_dim, int head_dim_v, long long rows_per_head, int optin) {
-    return flashc_kvc_tile_of_config(head_dim_config(head_dim, head_dim_v), rows_per_head, optin);
-}
-
-flashc_kvc_tile flashc_kvc_tile_of_config(int config, long long rows_per_head, int optin) {
+    const int config = head_dim_config(head_dim, head_dim_v);
     const flashc_kvc_layout l = flashc_kvc_layout_of(config, rows_per_head, optin);
     flashc_kvc_tile t = {0, 0, 0};
 #define FLASHC_KVC_TILE_OF(D, WN, BN, S, SM)                                         \

@@ -165,9 +165,7 @@ static __device__ __forceinline__ void flashc_kvc_load_q(const flashc_kvc_params
     constexpr int SD = FLASHC_SMEM_ROW(HEAD_DIM), CHUNKS = HEAD_DIM / 8, ROW_STEP = THREADS / CHUNKS;
     const int chunk = threadIdx.x % CHUNKS;
     const T *q = reinterpret_cast<const T *>(p.q) + b * p.q_batch_stride;
-    /* threads past whole rows of chunks idle (192 columns: 24 chunks) */
-    const int first = threadIdx.x < ROW_STEP * CHUNKS ? threadIdx.x / CHUNKS : BLOCK_M;
-    for (int tr = first; tr < BLOCK_M; tr += ROW_STEP) {
+    for (int tr = threadIdx.x / CHUNKS; tr < BLOCK_M; tr += ROW_STEP) {
         const int m = m0 + tr;
         const flashc_kvc_cols cols = flashc_kvc_cols_of(p, m, p.head_dim);
         const int col = chunk * 8 - cols.off;
@@ -180,8 +178,7 @@ static __device__ __forceinline__ void flashc_kvc_load_q(const flashc_kvc_params
 
 /* The tile's Q rows rotated from the caller's q into sQ (the Hopper
  * kernel under fused_append), one warp per row; rows past the block and
- * columns outside the row's (past d; under head pairs, the other head's
- * half) zeroed. A warp's first BATCH rows (all of them at up to
+ * columns past d zeroed. A warp's first BATCH rows (all of them at up to
  * 32 tile rows) are loaded by load_first, which the kernel calls before
  * it issues its prologue's boxes, so their memory latency hides behind
  * those; store_all rotates and stores them after, then loads and stores
@@ -210,8 +207,7 @@ struct flashc_kvc_q_rotation {
             const int tr = first + j * WARPS;
             if (tr >= BLOCK_M) break;
             T *dst = sQ + tr * SD;
-            const int width = p.pair_dim ? p.pair_dim : p.head_dim;
-            for (int c = (tr < rows ? width : 0) + lane; c < HEAD_DIM; c += 32) dst[c] = T(0.0f);
+            for (int c = (tr < rows ? p.head_dim : 0) + lane; c < HEAD_DIM; c += 32) dst[c] = T(0.0f);
             if (tr < rows) pairs[j].store(dst, lane);
         }
     }
@@ -226,18 +222,6 @@ struct flashc_kvc_q_rotation {
         for (int first = warp + WARPS * BATCH; first < BLOCK_M; first += WARPS * BATCH) {
             load(p, seq, b, head_k, m0, rows, first);
             store(p, rows, first, sQ);
-        }
-    }
-    /* Head pairs: the rows of a pair's second head into its half, columns
-     * [pair_dim, 2 pair_dim), after store_all and a barrier: in the stores
-     * (rows still held in registers) it cost the 256 kernel spills in its
-     * main loop. The caller synchronises again after. */
-    __device__ __forceinline__ void move_second_heads(const flashc_kvc_params &p, int m0, int rows, T *sQ) const {
-        for (int idx = threadIdx.x; idx < rows * p.pair_dim; idx += THREADS) {
-            const int tr = idx / p.pair_dim, c = idx % p.pair_dim;
-            if (flashc_kvc_cols_of(p, m0 + tr, p.head_dim).off == 0) continue;
-            T *row = sQ + tr * SD;
-            row[c + p.pair_dim] = row[c], row[c] = T(0.0f);
         }
     }
 };

@@ -24,8 +24,6 @@ typedef struct flashc_kvc_tile {
     int block_m, block_n, smem_bytes;
 } flashc_kvc_tile;
 flashc_kvc_tile flashc_kvc_tile_of(int head_dim, int head_dim_v, long long rows_per_head, int optin);
-/* The same for compiled head dim `config` (kvcache_config.h), 192 included. */
-flashc_kvc_tile flashc_kvc_tile_of_config(int config, long long rows_per_head, int optin);
 
 /* The attention over the cache: the kernel of the smallest compiled head
  * dim that holds d and dv, with the warp layout of the rows per KV head. */
