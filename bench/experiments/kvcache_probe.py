@@ -1,5 +1,5 @@
-"""Probes of the KV-cache decode on one GPU, flashc alone (and cuDNN under `ncu`), µs per call (median of five runs of
-40 calls):
+"""Probes of the KV-cache decode on one GPU, flashc alone, µs per call (median of five runs of 40 calls; the timer and
+the copy bandwidth are head_pairs_ab.py's):
 
     paged   paged blocks of 16 (random and in-order tables), 64 and 256 against the contiguous cache, d96 and d128,
             MHA and GQA 4: whether paged 16 at d96 (0.83 of copy) loses to the DRAM or to the kernel;
@@ -7,8 +7,9 @@
             append kernel before it (FLASHC_CUDA_KVCACHE_APPEND), two rounds;
     wave    rows of one CTA per (sequence, KV head), unsplit, at 120-132 CTAs: the same time at 132 CTAs as at 128
             means each CTA's stream is the bound (spreading the work over every SM would pay), time in proportion
-            to the bytes means the DRAM is;
-    ncu     two calls of each single-wave row, flashc and cuDNN, for a profiler (grid, DRAM bytes, L2 hits).
+            to the bytes means the DRAM is.
+
+(bench/kvcache_ncu.py puts the decode rows under Nsight Compute.)
 
     GPU_STEPS=build CUDA_ARCHS=90-real bash scripts/gpu_check.sh
     FLASHC_LIBRARY=build-gpu/src/libflashc.so PYTHONPATH=python python3 bench/experiments/kvcache_probe.py append
@@ -17,29 +18,13 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashc
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from head_pairs_ab import copy_gbs, timed  # noqa: E402
+
 BF16 = torch.bfloat16
-
-
-def timed(fn, n=40, reps=5):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(n):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        runs.append(a.elapsed_time(b) * 1000 / n)
-    runs.sort()
-    return runs[len(runs) // 2]
 
 
 def make(h, hk, d, batch, cache, block=0, in_order=False):
@@ -63,10 +48,7 @@ def kv_gbs(batch, cache, hk, d, us):
 
 
 def paged():
-    x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    copy = 2 * 2**30 / timed(lambda: y.copy_(x)) / 1e3
-    del x, y
+    copy = copy_gbs()
     print(f"# {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s")
     for d, hk, batch, cache in ((96, 32, 32, 4096), (128, 32, 32, 4096), (96, 8, 64, 4096), (128, 8, 64, 4096)):
         for block, in_order in ((0, False), (16, False), (16, True), (64, False), (256, False)):
@@ -117,26 +99,8 @@ def wave():
             torch.cuda.empty_cache()
 
 
-def ncu_calls():
-    for h, hk, d, batch, cache, block in ((32, 1, 128, 128, 8192, 0), (28, 4, 128, 64, 8192, 0),
-                                          (64, 8, 128, 32, 8192, 0), (32, 8, 128, 16, 16384, 0),
-                                          (32, 32, 96, 32, 4096, 0), (32, 32, 96, 32, 4096, 16),
-                                          (32, 32, 128, 32, 4096, 16)):
-        q, k, v, kw = make(h, hk, d, batch, cache, block)
-        for _ in range(2):
-            flashc.flash_attn_with_kvcache(q, k, v, **kw)
-        if not block:
-            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                for _ in range(2):
-                    F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=hk != h)
-        torch.cuda.synchronize()
-        del q, k, v, kw
-        torch.cuda.empty_cache()
-
-
 if __name__ == "__main__":
-    probes = {"paged": paged, "append": append, "wave": wave, "ncu": ncu_calls}
+    probes = {"paged": paged, "append": append, "wave": wave}
     if len(sys.argv) != 2 or sys.argv[1] not in probes:
         sys.exit(f"usage: {sys.argv[0]} {{{'|'.join(probes)}}}")
     probes[sys.argv[1]]()
