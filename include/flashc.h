@@ -130,6 +130,10 @@ typedef struct flashc_tensor {
 /* Size in bytes of one element of `dtype` (0 for an unknown dtype). */
 FLASHC_API size_t flashc_dtype_size(flashc_dtype dtype);
 
+/* "float32", "float16", "bfloat16", "float64", "int32"; "unknown" for any
+ * other value. For messages. */
+FLASHC_API const char *flashc_dtype_name(flashc_dtype dtype);
+
 /* Fill a descriptor of a contiguous (row-major) tensor. Returns the
  * descriptor; rank must be 1..FLASHC_MAX_RANK and the element count must
  * fit in int64 (otherwise rank is set to 0, which every entry point

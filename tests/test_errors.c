@@ -770,6 +770,22 @@ static void null_argument_structs(void **state) {
     assert_non_null(strstr(flashc_last_error_message(), "bytes"));
 }
 
+/* A dtype mismatch names both dtypes, not their enum values. */
+static void dtype_messages_name_dtypes(void **state) {
+    (void)state;
+    fixture *x = &fixtures[BATCHED];
+    fixture_reset(x);
+    x->k.dtype = FLASHC_DTYPE_BFLOAT16;
+    assert_int_equal(flashc_attention_forward(&x->f), FLASHC_ERROR_DTYPE);
+    assert_string_equal(flashc_last_error_message(),
+                        "k: dtype bfloat16 differs from q's dtype float32");
+    fixture_reset(x);
+    assert_string_equal(flashc_dtype_name(FLASHC_DTYPE_FLOAT16), "float16");
+    assert_string_equal(flashc_dtype_name(FLASHC_DTYPE_FLOAT64), "float64");
+    assert_string_equal(flashc_dtype_name(FLASHC_DTYPE_INT32), "int32");
+    assert_string_equal(flashc_dtype_name((flashc_dtype)99), "unknown");
+}
+
 /* The fixtures are valid as they stand (so each case above breaks exactly
  * one thing), and a successful call clears the message. */
 static void fixtures_are_valid(void **state) {
@@ -796,6 +812,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fixtures_are_valid),
         cmocka_unit_test(null_argument_structs),
+        cmocka_unit_test(dtype_messages_name_dtypes),
         cmocka_unit_test(every_invalid_argument),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

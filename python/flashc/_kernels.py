@@ -10,12 +10,13 @@ several threads (the C call releases the GIL) apart.
 """
 import contextlib
 import ctypes
+import re
 import struct
 
 import torch
 
 from . import _cabi, _layout, _library, _tensors
-from .errors import FlashcValueError, error_for_status
+from .errors import FlashcError, FlashcValueError, error_for_status
 
 _VARLEN_FIELDS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "max_seqlen_q", "max_seqlen_k",
                   "block_table")
@@ -256,6 +257,7 @@ assert (_cabi.KvcacheArgs.workspace_bytes.offset
 _kvcache_workspace_size = _library.lib["flashc_attention_kvcache_workspace_size"]
 _kvcache_workspace_size.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 _kvcache_workspace_size.restype = _cabi.c_enum
+_NEW_ROWS_NAME = re.compile(r"\b([kv])_new\b")
 _kvcache = _library.lib["flashc_attention_kvcache"]
 _kvcache.argtypes = [ctypes.c_void_p]
 _kvcache.restype = _cabi.c_enum
@@ -279,4 +281,8 @@ def kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, c
            int(causal), window_left, window_right, softcap, a[13], 0.0, 0, 0, 0,
            _DEFAULT_NUM_THREADS if cuda else torch.get_num_threads(),
            _current_raw_stream(q.get_device()) if cuda else _DEFAULT_STREAM))
-    _call_with_workspace(q, buffer, _KVCACHE_WORKSPACE_AT, _kvcache_workspace_size, _kvcache)
+    try:
+        _call_with_workspace(q, buffer, _KVCACHE_WORKSPACE_AT, _kvcache_workspace_size, _kvcache)
+    except FlashcError as e:
+        # The C API's k_new / v_new are flash_attn_with_kvcache's k / v.
+        raise error_for_status(e.status, _NEW_ROWS_NAME.sub(r"\1", e.message)) from None

@@ -27,11 +27,25 @@ _TENSOR_ARGUMENTS = ("k", "v", "cache_seqlens", "rotary_cos", "rotary_sin", "cac
 
 def check_types(q, k_cache, v_cache, optional):
     """q, k_cache, v_cache tensors; `optional` (the _TENSOR_ARGUMENTS, in
-    order) tensors or None."""
+    order) tensors or None; k and v given together; the caches, k, v and
+    rotary tables of q's dtype (named as torch names them: the C library's
+    messages would say k_new / v_new)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _checks.tensor(t, name)
     for name, t in zip(_TENSOR_ARGUMENTS, optional):
         _checks.tensor(t, name, optional=True)
+    k, v, _, rotary_cos, rotary_sin = optional[:5]
+    if (k is None) != (v is None):
+        missing, given = ("v", "k") if v is None else ("k", "v")
+        raise FlashcValueError(
+            _cabi.ERROR_ARGUMENT,
+            f"{missing}: is None while {given} is given (new keys and values are appended "
+            "together)")
+    _checks.attention_dtype(q, "q")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v),
+                    ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if t is not None:
+            _checks.attention_dtype(t, name, like=q)
 
 
 def _check_paged_capacity(k, cache_seqlens, block_table, k_cache):

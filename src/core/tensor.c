@@ -14,6 +14,17 @@ size_t flashc_dtype_size(flashc_dtype dtype) {
     return 0;
 }
 
+const char *flashc_dtype_name(flashc_dtype dtype) {
+    switch (dtype) {
+        case FLASHC_DTYPE_FLOAT32: return "float32";
+        case FLASHC_DTYPE_FLOAT16: return "float16";
+        case FLASHC_DTYPE_BFLOAT16: return "bfloat16";
+        case FLASHC_DTYPE_FLOAT64: return "float64";
+        case FLASHC_DTYPE_INT32: return "int32";
+    }
+    return "unknown";
+}
+
 flashc_tensor flashc_tensor_contiguous(void *data, flashc_dtype dtype, flashc_device device,
                                        int rank, const int64_t *shape) {
     flashc_tensor t;

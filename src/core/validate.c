@@ -156,11 +156,11 @@ flashc_status flashc_check_qkv(const flashc_tensor *q, const flashc_tensor *k,
                            "%s: dtype must be float32, float16, bfloat16 or float64, got int32",
                            names[0]);
     if (k->dtype != dt)
-        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %d differs from %s's dtype %d", names[1],
-                           (int)k->dtype, names[0], (int)dt);
+        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %s differs from %s's dtype %s", names[1],
+                           flashc_dtype_name(k->dtype), names[0], flashc_dtype_name(dt));
     if (v->dtype != dt)
-        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %d differs from %s's dtype %d", names[2],
-                           (int)v->dtype, names[0], (int)dt);
+        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %s differs from %s's dtype %s", names[2],
+                           flashc_dtype_name(v->dtype), names[0], flashc_dtype_name(dt));
     if (dt == FLASHC_DTYPE_FLOAT64 && q->device.type != FLASHC_DEVICE_CPU)
         return flashc_fail(FLASHC_ERROR_DTYPE, "%s: float64 is supported on the CPU only", names[0]);
     p->dtype = dt;
@@ -461,8 +461,8 @@ static flashc_status check_like_q(const flashc_tensor *t, const char *name,
     if (!t) return flashc_fail(FLASHC_ERROR_NULL_POINTER, "%s: tensor descriptor is NULL", name);
     CHECK(flashc_check_tensor(t, name, p->is_varlen ? 3 : 4));
     if (t->dtype != p->dtype)
-        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %d differs from q's dtype %d", name,
-                           (int)t->dtype, (int)p->dtype);
+        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %s differs from q's dtype %s", name,
+                           flashc_dtype_name(t->dtype), flashc_dtype_name(p->dtype));
     if (p->is_varlen) {
         int64_t shape[3] = {rows_varlen, heads, dim};
         CHECK(flashc_check_shape(t, name, shape));
@@ -504,7 +504,8 @@ flashc_status flashc_validate_forward(const flashc_forward_args *a, flashc_probl
         const flashc_tensor *s = a->s_dmask;
         CHECK(flashc_check_tensor(s, "s_dmask", 4));
         if (s->dtype != p->dtype)
-            return flashc_fail(FLASHC_ERROR_DTYPE, "s_dmask: dtype must be q's dtype");
+            return flashc_fail(FLASHC_ERROR_DTYPE, "s_dmask: dtype %s differs from q's dtype %s",
+                               flashc_dtype_name(s->dtype), flashc_dtype_name(p->dtype));
         int64_t shape[4] = {p->batch, p->nheads,
                             flashc_round_up(p->seqlen_q, FLASHC_SDMASK_ROUND),
                             flashc_round_up(p->seqlen_k, FLASHC_SDMASK_ROUND)};

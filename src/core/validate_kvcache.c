@@ -26,8 +26,8 @@ static flashc_status check_batched(const flashc_tensor *t, const char *name, fla
                                    int64_t b, int64_t rows, int64_t heads, int64_t dim) {
     CHECK(flashc_check_tensor(t, name, 4));
     if (t->dtype != dtype)
-        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %d differs from q's dtype %d", name,
-                           (int)t->dtype, (int)dtype);
+        return flashc_fail(FLASHC_ERROR_DTYPE, "%s: dtype %s differs from q's dtype %s", name,
+                           flashc_dtype_name(t->dtype), flashc_dtype_name(dtype));
     int64_t shape[4] = {b, rows, heads, dim};
     CHECK(flashc_check_shape(t, name, shape));
     return flashc_check_last_dim_contiguous(t, name);
@@ -90,9 +90,11 @@ static flashc_status check_rotary(const flashc_kvcache_args *a, flashc_kvcache_p
     CHECK(flashc_check_tensor(c, "rotary_cos", 2));
     CHECK(flashc_check_tensor(s, "rotary_sin", 2));
     if (c->dtype != p->dtype)
-        return flashc_fail(FLASHC_ERROR_DTYPE, "rotary_cos: dtype must be q's dtype");
+        return flashc_fail(FLASHC_ERROR_DTYPE, "rotary_cos: dtype %s differs from q's dtype %s",
+                           flashc_dtype_name(c->dtype), flashc_dtype_name(p->dtype));
     if (s->dtype != p->dtype)
-        return flashc_fail(FLASHC_ERROR_DTYPE, "rotary_sin: dtype must be q's dtype");
+        return flashc_fail(FLASHC_ERROR_DTYPE, "rotary_sin: dtype %s differs from q's dtype %s",
+                           flashc_dtype_name(s->dtype), flashc_dtype_name(p->dtype));
     int64_t half = c->shape[1];
     if (half < 1 || 2 * half > p->head_dim)
         return flashc_fail(FLASHC_ERROR_SHAPE,

@@ -337,6 +337,13 @@ def test_errors_write_nothing(device):
         flash_attn_with_kvcache(q, None, vc)
     with pytest.raises(TypeError, match="cache_leftpad"):
         flash_attn_with_kvcache(q, kc, vc, cache_leftpad=[0, 0])
+    # named as flash_attn_with_kvcache names them (k / v, torch dtypes)
+    with pytest.raises(ValueError, match="^FLASHC_ERROR_ARGUMENT: v: is None while k is given"):
+        flash_attn_with_kvcache(q, kc, vc, k, cache_seqlens=3)
+    with pytest.raises(TypeError, match="^FLASHC_ERROR_DTYPE: v: dtype torch.float16 differs"):
+        flash_attn_with_kvcache(q, kc, vc, k, k.half(), cache_seqlens=3)
+    with pytest.raises(ValueError, match=r"^FLASHC_ERROR_SHAPE: k: expected shape \(2, 1, 2, 64\)"):
+        flash_attn_with_kvcache(q, kc, vc, k[:, :, :1], k, cache_seqlens=3)
     if device == "cpu":  # contents are checked on the CPU
         with pytest.raises(flashc.FlashcError, match="cache_seqlens"):
             flash_attn_with_kvcache(q, kc, vc, k, k, cache_seqlens=32)  # 32 + 1 > 32
