@@ -156,6 +156,7 @@ typedef struct kv_case {
     buf q, k_cache, v_cache, k_new, v_new, seqlens, leftpad, batch_idx, block_table, cos, sin, alibi;
     buf out, lse;
     int32_t *seqlens_h, *leftpad_h;
+    unsigned char *k_cache0, *v_cache0; /* the caches as made, before any append */
 } kv_case;
 
 /* Cache index c of sequence i: its row in the k / v allocation (in rows of
@@ -275,6 +276,22 @@ static void case_init(kv_case *kc, const kv_config *cfg, uint64_t seed) {
     buf *all[] = {&kc->q, &kc->k_cache, &kc->v_cache, &kc->k_new, &kc->v_new, &kc->seqlens, &kc->leftpad,
                   &kc->batch_idx, &kc->block_table, &kc->cos, &kc->sin, &kc->alibi};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) buf_upload(all[i]);
+    kc->k_cache0 = malloc(kc->k_cache.bytes ? kc->k_cache.bytes : 1);
+    kc->v_cache0 = malloc(kc->v_cache.bytes ? kc->v_cache.bytes : 1);
+    memcpy(kc->k_cache0, kc->k_cache.host, kc->k_cache.bytes);
+    memcpy(kc->v_cache0, kc->v_cache.host, kc->v_cache.bytes);
+}
+
+/* The device caches back to the bytes case_init made (NaN poison
+ * included), finished before the call returns: each GPU run of a case
+ * starts from them, so its own appends are checked; rows an earlier run
+ * left behind would hide a row this one failed to write. */
+static void caches_reset(kv_case *kc) {
+    if (kc->k_cache.bytes)
+        cuda_ok(cudaMemcpy(kc->k_cache.dev, kc->k_cache0, kc->k_cache.bytes, cudaMemcpyHostToDevice), "reset");
+    if (kc->v_cache.bytes)
+        cuda_ok(cudaMemcpy(kc->v_cache.dev, kc->v_cache0, kc->v_cache.bytes, cudaMemcpyHostToDevice), "reset");
+    cuda_ok(cudaDeviceSynchronize(), "reset");
 }
 
 static void case_free(kv_case *kc) {
@@ -283,6 +300,8 @@ static void case_free(kv_case *kc) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) buf_free(all[i]);
     free(kc->seqlens_h);
     free(kc->leftpad_h);
+    free(kc->k_cache0);
+    free(kc->v_cache0);
 }
 
 /* Tensors of one call (host or device side) and its arguments. */
@@ -438,8 +457,8 @@ static int compare_caches(const kv_case *kc, const char *what) {
 }
 
 /* The whole check of one config: CPU backend on the host bytes, GPU on the
- * device copies, once per split count; cache bytes equal, outputs close;
- * returns the failures. */
+ * device copies, once per split count, each from the caches as made; cache
+ * bytes equal, outputs close; returns the failures. */
 static int run_case(const kv_config *cfg, uint64_t seed) {
     kv_case kc;
     case_init(&kc, cfg, seed);
@@ -457,6 +476,7 @@ static int run_case(const kv_config *cfg, uint64_t seed) {
     }
     for (int s = 0; s < 3; ++s) {
         const int splits = cfg->splits[s];
+        caches_reset(&kc);
         st = gpu_call(&kc, splits, NULL, NULL);
         char what[320];
         snprintf(what, sizeof what, "[%s] num_splits %d", desc, splits);
@@ -771,7 +791,8 @@ static void decode_steps(void **state) {
 }
 
 /* A CUDA graph of the call (append, attention, split combine) replays to
- * the same results as the direct call. */
+ * the same results, caches included, as the direct call (each from the
+ * caches as made). */
 static void graph_capture(void **state) {
     (void)state;
     REQUIRE_GPU();
@@ -783,8 +804,10 @@ static void graph_capture(void **state) {
     assert_true(cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
     for (int splits = 1; splits <= 7; splits += 6) {
         void *ws = NULL;
+        caches_reset(&kc);
         assert_int_equal(gpu_call(&kc, splits, stream, &ws), FLASHC_SUCCESS); /* warm: smem opt-in */
         unsigned char *out0 = buf_fetch(&kc.out), *lse0 = buf_fetch(&kc.lse);
+        unsigned char *k0 = buf_fetch(&kc.k_cache), *v0 = buf_fetch(&kc.v_cache);
         kv_call t;
         call_init(&t, &kc, 1, splits, stream);
         size_t bytes = 0;
@@ -799,20 +822,22 @@ static void graph_capture(void **state) {
         assert_int_equal(st, FLASHC_SUCCESS);
         assert_true(cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
         for (int replay = 0; replay < 2; ++replay) {
+            caches_reset(&kc); /* the replay's own append is compared */
             buf_poison_dev(&kc.out);
             buf_poison_dev(&kc.lse);
             assert_true(cuda_ok(cudaGraphLaunch(exec, stream), "launch"));
             assert_true(cuda_ok(cudaStreamSynchronize(stream), "replay"));
             unsigned char *out = buf_fetch(&kc.out), *lse = buf_fetch(&kc.lse);
+            unsigned char *k = buf_fetch(&kc.k_cache), *v = buf_fetch(&kc.v_cache);
             assert_memory_equal(out, out0, kc.out.bytes);
             assert_memory_equal(lse, lse0, kc.lse.bytes);
-            free(out);
-            free(lse);
+            assert_memory_equal(k, k0, kc.k_cache.bytes);
+            assert_memory_equal(v, v0, kc.v_cache.bytes);
+            free(out), free(lse), free(k), free(v);
         }
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
-        free(out0);
-        free(lse0);
+        free(out0), free(lse0), free(k0), free(v0);
         if (ws) cudaFree(ws);
     }
     cudaStreamDestroy(stream);
