@@ -32,7 +32,7 @@ static void run_grid(const char *what, dtype_grid grid, const int *dtypes) {
     for (int i = 0; dtypes[i] >= 0; ++i) {
         flashc_dtype dt = (flashc_dtype)dtypes[i];
         int n = grid(cfgs, dt);
-        snprintf(name, sizeof name, "%s %s (%s)", PASS, what, test_dtype_name(dt));
+        snprintf(name, sizeof name, "%s %s (%s)", PASS, what, flashc_dtype_name(dt));
         test_run_cases(name, cfgs, n, TEST_BACKWARD);
     }
 }

@@ -44,7 +44,7 @@ test_config test_config_shaped(flashc_dtype dtype, int64_t batch, int64_t nheads
 
 void test_config_describe(const test_config *c, char *buf, size_t size) {
     const flashc_attention_options *o = &c->options;
-    int n = snprintf(buf, size, "%s b=%lld h=%lld hk=%lld d=%lld dv=%lld ", test_dtype_name(c->dtype),
+    int n = snprintf(buf, size, "%s b=%lld h=%lld hk=%lld d=%lld dv=%lld ", flashc_dtype_name(c->dtype),
                      (long long)c->batch, (long long)c->nheads, (long long)c->nheads_k,
                      (long long)c->d, (long long)c->dv);
     if (c->varlen) {

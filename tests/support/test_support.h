@@ -63,7 +63,6 @@ typedef enum test_layout {
 } test_layout;
 
 const char *test_layout_name(test_layout layout);
-const char *test_dtype_name(flashc_dtype dtype);
 
 /* One allocation (filled with 0xFF) and up to three views into it. */
 typedef struct test_alloc {

@@ -16,17 +16,6 @@ const char *test_layout_name(test_layout layout) {
     return "?";
 }
 
-const char *test_dtype_name(flashc_dtype dtype) {
-    switch (dtype) {
-        case FLASHC_DTYPE_FLOAT32: return "float32";
-        case FLASHC_DTYPE_FLOAT16: return "float16";
-        case FLASHC_DTYPE_BFLOAT16: return "bfloat16";
-        case FLASHC_DTYPE_FLOAT64: return "float64";
-        case FLASHC_DTYPE_INT32: return "int32";
-    }
-    return "?";
-}
-
 void test_alloc_init(test_alloc *a, size_t size) {
     if (size < 64) size = 64; /* never a zero-byte allocation */
     a->bytes = malloc(size);
